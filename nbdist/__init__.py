@@ -1,0 +1,59 @@
+"""nbdist: distributed PyTorch training from a Jupyter notebook.
+
+In the notebook::
+
+    %load_ext nbdist
+    %nbdist start -n 2          # or: cluster = nbdist.start(n=2)
+
+    %%distributed
+    model = nbdist.prepare(MyModel())   # DDP on this rank's device
+    ...
+
+On the engines, inside ``%%distributed`` cells: ``rank()``, ``world_size()``, ``local_rank()``,
+``is_main()``, ``device()``, ``prepare()``. In the notebook: ``start()``, ``current()``, ``pull()``.
+
+Importing nbdist is cheap: each name loads its module on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_PUBLIC = {
+    # notebook side
+    "start": "nbdist.notebook.session",
+    "current": "nbdist.notebook.session",
+    "Cluster": "nbdist.notebook.session",
+    "pull": "nbdist.notebook.api",
+    # engine side
+    "rank": "nbdist.worker.context",
+    "world_size": "nbdist.worker.context",
+    "local_rank": "nbdist.worker.context",
+    "is_main": "nbdist.worker.context",
+    "device": "nbdist.worker.context",
+    "prepare": "nbdist.worker.training",
+    # both
+    "UsageError": "nbdist.errors",
+    "DistributedCellError": "nbdist.errors",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'nbdist' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__ + ["__version__", "load_ipython_extension"]
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext nbdist``: register ``%nbdist`` and ``%%distributed``."""
+    from .notebook.magics import NbdistMagics
+
+    ipython.register_magics(NbdistMagics)

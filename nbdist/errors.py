@@ -1,0 +1,106 @@
+"""The errors nbdist shows to people, and how errors from many ranks are grouped into one.
+
+``UsageError`` is a mistake in what the person asked for: IPython shows it as one line.
+``DistributedCellError`` is a failure of the code in a ``%%distributed`` cell on some ranks: it
+renders as one readable report, root cause first, identical errors grouped ("ranks 0, 2: ...").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from IPython.core.error import UsageError as _IPythonUsageError
+
+#: Messages that mark a rank as a bystander: it failed because a peer went away, not by itself.
+_BYSTANDER_MARKS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "remote worker crashing",
+    "NCCL communicator was aborted",
+    "Broken pipe",
+    "nbdist: interrupted",
+)
+
+
+class NbdistError(Exception):
+    """Base class of nbdist's own errors."""
+
+
+class UsageError(NbdistError, _IPythonUsageError):
+    """Bad input: shown as one line that names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """What went wrong on one rank: the exception's one-line summary and its traceback."""
+
+    rank: int
+    summary: str  # "ValueError: bad shape"
+    traceback: str = ""  # formatted, without the summary line
+    at: float = 0.0  # time.time() on the engine when it failed
+    kind: str = "error"  # error | interrupted | died | timeout | hung
+
+    @property
+    def bystander(self) -> bool:
+        """True when the rank failed only because another rank went away or was stopped."""
+        return self.kind == "interrupted" or any(m in self.summary for m in _BYSTANDER_MARKS)
+
+
+def _rank_list(ranks: Iterable[int]) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def trim(text: str, head: int = 40, tail: int = 20) -> str:
+    """Keep the first ``head`` and last ``tail`` lines of a long text."""
+    lines = text.splitlines()
+    if len(lines) <= head + tail:
+        return text
+    cut = len(lines) - head - tail
+    return "\n".join(lines[:head] + [f"... ({cut} lines cut) ..."] + lines[-tail:])
+
+
+def group_failures(failures: Iterable[RankFailure]) -> list[tuple[list[int], RankFailure]]:
+    """Group identical failures; root causes first (earliest first), bystanders last."""
+    groups: dict[tuple[str, str], list[RankFailure]] = {}
+    for f in failures:
+        groups.setdefault((f.summary, f.traceback), []).append(f)
+    ordered = sorted(
+        groups.values(), key=lambda fs: (fs[0].bystander, min(f.at for f in fs), fs[0].rank)
+    )
+    return [([f.rank for f in fs], fs[0]) for fs in ordered]
+
+
+class DistributedCellError(NbdistError):
+    """A ``%%distributed`` cell failed on one or more ranks."""
+
+    def __init__(self, failures: list[RankFailure], note: str = ""):
+        self.failures = failures
+        self.groups = group_failures(failures)
+        self.note = note
+        ranks, first = self.groups[0]
+        super().__init__(f"{_rank_list(ranks)}: {first.summary}")
+
+    @property
+    def root_ranks(self) -> list[int]:
+        """The ranks whose failure came first and was not caused by another rank."""
+        return self.groups[0][0]
+
+    def report(self) -> str:
+        """The whole report, as plain text."""
+        parts = []
+        for i, (ranks, f) in enumerate(self.groups):
+            if i == 1 and f.bystander:
+                parts.append("-- then, as a consequence --")
+            body = f"{_rank_list(ranks)}: {f.summary}"
+            if f.traceback and not f.bystander:
+                body = trim(f.traceback.rstrip()) + "\n" + body
+            parts.append(body)
+        if self.note:
+            parts.append(self.note)
+        return "\n".join(parts)
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython calls this instead of printing nbdist's own stack: the person sees their error.
+        return ["DistributedCellError: " + str(self), *self.report().splitlines()]

@@ -1,0 +1,232 @@
+"""The engines underneath: an ipyparallel controller and its engines, started, grown and stopped.
+
+This module knows ipyparallel; nothing else in nbdist starts or stops processes. Each cluster
+lives in nbdist's own profile directory (mode 0700, so connection files are readable by their
+owner alone), whose config files tie the controller and the engines to this kernel's life.
+
+Local engines are forked from a warm fork server (see ``nbdist._forkserver``): torch is imported
+once for all of them, and the server reports an engine's death the moment it happens.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import ipyparallel as ipp
+import psutil
+
+from .. import config
+from ..errors import NbdistError
+
+_CONFIG_FILE = """\
+# Written by nbdist: controller and engines leave when the kernel that started them is gone.
+import nbdist._lifeline
+nbdist._lifeline.exit_with_parent()
+"""
+
+
+def _private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def profile_dir() -> Path:
+    """nbdist's ipyparallel profile: cluster files, connection files, engine logs."""
+    _private_dir(config.data_dir())
+    path = _private_dir(config.data_dir() / "profile")
+    for name in ("ipcontroller_config.py", "ipengine_config.py"):
+        f = path / name
+        if not f.exists() or f.read_text() != _CONFIG_FILE:
+            f.write_text(_CONFIG_FILE)
+    return path
+
+
+@dataclass(frozen=True)
+class EngineExit:
+    """An engine process ended: its pid and exit status (negative: killed by that signal)."""
+
+    pid: int
+    status: int
+
+    def describe(self) -> str:
+        if self.status < 0:
+            try:
+                return f"killed by {signal.Signals(-self.status).name}"
+            except ValueError:
+                return f"killed by signal {-self.status}"
+        return f"exited with status {self.status}"
+
+
+class _ForkServer:
+    """The kernel's end of ``nbdist._forkserver``."""
+
+    def __init__(self, profile: Path, cluster_id: str, log_dir: Path):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nbdist._forkserver", str(profile), cluster_id, str(log_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # the notebook's interrupt is not for the engines
+        )
+        self.exits: queue.Queue[EngineExit] = queue.Queue()
+        self._pids: queue.Queue[int] = queue.Queue()
+        self._ready = threading.Event()
+        threading.Thread(target=self._read, name="nbdist-forkserver", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            word, *rest = line.split()
+            if word == "ready":
+                self._ready.set()
+            elif word == "pid":
+                self._pids.put(int(rest[0]))
+            elif word == "exit":
+                self.exits.put(EngineExit(int(rest[0]), int(rest[1])))
+        self._ready.set()  # the server is gone: wake anyone waiting
+
+    def spawn(self, timeout: float) -> int:
+        if not self._ready.wait(timeout) or self.proc.poll() is not None:
+            raise NbdistError("the engine fork server did not start (see the engine logs)")
+        self.proc.stdin.write("spawn\n")
+        self.proc.stdin.flush()
+        return self._pids.get(timeout=timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("exit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=5)
+            except Exception:
+                self.proc.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except Exception:
+                pass
+
+
+class EngineCluster:
+    """An ipyparallel controller with local engines, owned by this kernel."""
+
+    def __init__(self, cfg: config.ClusterConfig):
+        self.cfg = cfg
+        self.cluster_id = "nbdist-" + uuid.uuid4().hex[:8]
+        os.environ["NBDIST_PARENT_PID"] = str(os.getpid())  # read by nbdist._lifeline
+        profile = profile_dir()
+        self.log_dir = _private_dir(profile / "log" / self.cluster_id)
+        # The fork server's imports are the long pole: start them before anything else.
+        self._forks = _ForkServer(profile, self.cluster_id, self.log_dir)
+        self._ipp = ipp.Cluster(
+            n=0,
+            engines="local",
+            profile_dir=str(profile),
+            cluster_id=self.cluster_id,
+            controller_ip=cfg.ip,
+            controller_args=[f"--HeartMonitor.period={cfg.heartbeat_ms}"],
+            shutdown_atexit=True,
+            log_level=40,
+        )
+        self.client: ipp.Client | None = None
+        self.engine_pids: set[int] = set()
+
+    @property
+    def cluster_file(self) -> str:
+        """ipyparallel's record of this cluster (read by the sidebar)."""
+        return self._ipp.cluster_file
+
+    @property
+    def exits(self) -> queue.Queue[EngineExit]:
+        """Engine deaths, as they happen."""
+        return self._forks.exits
+
+    def start(self) -> ipp.Client:
+        """Start the controller and the engines; return a client once all have registered."""
+        try:
+            self._ipp.start_controller_sync()
+            self.client = self._ipp.connect_client_sync()
+            self.add_engines(self.cfg.n, known=set())
+        except BaseException as exc:
+            self.stop()
+            if isinstance(exc, (KeyboardInterrupt, NbdistError)):
+                raise
+            raise NbdistError(f"the cluster did not start: {exc}") from exc
+        return self.client
+
+    def add_engines(self, n: int, known: set[int]) -> list[int]:
+        """Start ``n`` more engines; return their ids once they have registered."""
+        for _ in range(n):
+            self.engine_pids.add(self._forks.spawn(self.cfg.start_timeout))
+        deadline = time.monotonic() + self.cfg.start_timeout
+        while time.monotonic() < deadline:
+            new = sorted(set(self.client.ids) - known)
+            if len(new) >= n:
+                return new[:n]
+            time.sleep(0.02)
+        raise NbdistError(
+            f"{n} engine(s) did not register within {self.cfg.start_timeout:.0f} s; "
+            f"their logs are in {self.log_dir}"
+        )
+
+    def signal(self, pids: list[int], sig: int = signal.SIGINT) -> None:
+        """Send ``sig`` to these engine processes (ours only: checked against what we started)."""
+        for pid in pids:
+            if pid in self.engine_pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of this cluster: controller, fork server, engines and their children."""
+        roots = [self._forks.proc.pid, *self.engine_pids]
+        ctl = getattr(self._ipp.controller, "process", None)
+        if ctl is not None:
+            roots.append(ctl.pid)
+        procs = []
+        for pid in roots:
+            try:
+                p = psutil.Process(pid)
+                procs += [p, *p.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        return procs
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop everything; what does not leave within ``timeout`` is killed, by PID."""
+        procs = self.processes()
+        if self.client is not None:
+            try:
+                self.client.close()
+            except Exception:
+                pass
+            self.client = None
+        for p in procs:
+            if p.pid in self.engine_pids:
+                try:
+                    p.terminate()
+                except psutil.NoSuchProcess:
+                    pass
+        self._forks.close()
+        try:
+            self._ipp.stop_controller_sync()
+        except Exception:
+            pass
+        _, alive = psutil.wait_procs(procs, timeout=timeout)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=timeout)
+        self.engine_pids.clear()

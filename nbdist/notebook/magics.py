@@ -1,0 +1,122 @@
+"""``%nbdist`` and ``%%distributed``: parse, validate, hand over to the session, show the result.
+
+Bad input never reaches a cluster: every mistake becomes one ``UsageError`` line that says what
+to type instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from ..config import CellOptions
+from ..errors import UsageError
+from . import session
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a mistake as one UsageError line instead of exiting."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+    def exit(self, status: int = 0, message: str | None = None):
+        if message:
+            raise UsageError(message.strip())
+        raise _HelpShown()
+
+
+class _HelpShown(Exception):
+    pass
+
+
+def _ranks(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ranks like 0,2 not {text!r}") from None
+
+
+def _nbdist_parser() -> _Parser:
+    p = _Parser(prog="%nbdist", description="Start, inspect and stop the nbdist cluster.")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, required=True)
+    s = sub.add_parser("start", help="start N local engines with a ready process group")
+    s.add_argument("-n", type=int, default=2, help="number of engines (ranks)")
+    s.add_argument("--threads", type=int, default=None, help="threads per engine")
+    s.add_argument("--backend", choices=["gloo", "nccl"], default=None)
+    sub.add_parser("stop", help="stop every engine and the controller")
+    sub.add_parser("status", help="show each rank: host, pid, device, state")
+    pl = sub.add_parser("pull", help="bring an engine variable into the notebook")
+    pl.add_argument("name")
+    pl.add_argument("--rank", type=int, default=0)
+    pl.add_argument("--as", dest="target", default=None, help="notebook name (default: NAME)")
+    return p
+
+
+def _distributed_parser() -> _Parser:
+    p = _Parser(prog="%%distributed", description="Run this cell on every rank at once.")
+    p.add_argument("--timeout", type=float, default=None, help="stop the cell after SECONDS")
+    p.add_argument("--ranks", type=_ranks, default=None, help="run on these ranks only: 0,2")
+    p.add_argument("--all-output", action="store_true", help="show every rank's output")
+    return p
+
+
+def _parse(parser: _Parser, line: str) -> argparse.Namespace | None:
+    try:
+        return parser.parse_args(shlex.split(line))
+    except _HelpShown:
+        return None
+    except ValueError as e:  # unbalanced quotes
+        raise UsageError(f"{parser.prog}: {e}") from None
+
+
+def _status_table(rows: list[dict]) -> str:
+    cols = ["rank", "host", "pid", "device", "state"]
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in cols) for r in rows]
+    return "\n".join(lines)
+
+
+@magics_class
+class NbdistMagics(Magics):
+    @line_magic
+    def nbdist(self, line: str):
+        """Control the cluster: ``%nbdist start -n N`` | ``stop`` | ``status`` | ``pull NAME``."""
+        args = _parse(_nbdist_parser(), line)
+        if args is None:
+            return None
+        if args.command == "start":
+            c = session.start(n=args.n, threads_per_engine=args.threads, backend=args.backend)
+            print(
+                f"nbdist: {len(c.slots)} ranks ready ({c.backend}, {c.cfg.threads} thread(s) "
+                f"per engine) in {c.ready_seconds:.1f} s"
+            )
+        elif args.command == "stop":
+            c = session.current(required=False)
+            if c is None:
+                print("nbdist: no cluster is running")
+            else:
+                c.stop()
+                print("nbdist: cluster stopped")
+        elif args.command == "status":
+            print(_status_table(session.current().status()))
+        elif args.command == "pull":
+            value = session.current().pull(args.name, rank=args.rank)
+            self.shell.user_ns[args.target or args.name] = value
+        return None
+
+    @cell_magic
+    def distributed(self, line: str, cell: str):
+        """Run the cell on every rank at once; rank 0's last expression is the cell's value.
+
+        Options: ``--timeout SECONDS``, ``--ranks 0,2``, ``--all-output``.
+        """
+        args = _parse(_distributed_parser(), line)
+        if args is None:
+            return None
+        cluster = session.current()
+        opts = CellOptions(timeout=args.timeout, ranks=args.ranks, all_output=args.all_output)
+        return cluster.run(cell, opts, transform=self.shell.transform_cell)

@@ -1,0 +1,235 @@
+"""The kernel's cluster: its engines, where each rank runs, its process group, and its cells.
+
+One ``Cluster`` at a time per kernel. It starts engines, places ranks, forms the process group,
+runs ``%%distributed`` cells through the supervisor, and repairs itself after a failure: a dead
+engine is replaced (same rank, fresh engine) and the group is re-formed before the next cell.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import time
+
+from .. import config
+from ..errors import NbdistError, UsageError
+from ..worker import rendezvous, setup
+from . import placement
+from .cluster import EngineCluster, EngineExit
+from .supervisor import CellReport, CellRun, check_syntax
+
+_current: Cluster | None = None
+_cell_numbers = itertools.count(1)
+
+
+def current(required: bool = True) -> Cluster | None:
+    """The running cluster, or a one-line error that says how to start one."""
+    if _current is None and required:
+        raise UsageError("no nbdist cluster is running: start one with %nbdist start -n 2")
+    return _current
+
+
+class Cluster:
+    """A running cluster of engines, one rank each. Use as a context manager to stop it on exit."""
+
+    def __init__(self, cfg: config.ClusterConfig):
+        self.cfg = cfg
+        self.engines: EngineCluster | None = None
+        self.slots: list[placement.Slot] = []
+        self.backend = "gloo"
+        self.master_port = 0
+        self.attempt = 0
+        self.group_ready = False
+        self.ready_seconds = 0.0
+        self.inventory: dict[int, dict] = {}
+        self._exits: list[EngineExit] = []
+        self.journal: list[str] = []  # every cell that ran on all ranks, in order
+
+    # -- life -------------------------------------------------------------------------------
+    def _start(self) -> None:
+        t0 = time.perf_counter()
+        self.engines = EngineCluster(self.cfg)
+        client = self.engines.start()
+        self.inventory = self._setup(client.ids)
+        self.slots, self.backend = placement.place(self.inventory, self.cfg.backend)
+        self._form_group()
+        self.ready_seconds = time.perf_counter() - t0
+
+    @property
+    def client(self):
+        return self.engines.client
+
+    def _setup(self, engine_ids: list[int]) -> dict[int, dict]:
+        ars = {eid: self.client[eid].apply_async(setup.setup, self.cfg.threads) for eid in engine_ids}
+        return {eid: ar.get(self.cfg.start_timeout) for eid, ar in ars.items()}
+
+    def _form_group(self) -> None:
+        """(Re-)form the process group on every rank, under a fresh store prefix."""
+        self.attempt += 1
+        rank0 = self.slots[0]
+        self.master_port = self.client[rank0.engine_id].apply_sync(
+            rendezvous.serve_store, self.cfg.ip
+        )
+        infos = self.rank_infos()
+        ars = [
+            self.client[s.engine_id].apply_async(rendezvous.form, infos[s.rank], self.cfg.group_timeout)
+            for s in self.slots
+        ]
+        try:
+            for ar in ars:
+                ar.get(self.cfg.start_timeout)
+        except Exception as exc:
+            raise NbdistError(f"the process group did not form: {exc}") from exc
+        self.group_ready = True
+
+    def rank_infos(self) -> dict[int, dict]:
+        """Each rank's RankInfo (as a dict), for the current attempt."""
+        return {
+            s.rank: dict(
+                rank=s.rank,
+                world_size=len(self.slots),
+                local_rank=s.local_rank,
+                local_world_size=s.local_world_size,
+                group_rank=s.group_rank,
+                master_addr=self.cfg.ip,
+                master_port=self.master_port,
+                backend=self.backend,
+                device=s.device,
+                attempt=self.attempt,
+            )
+            for s in self.slots
+        }
+
+    def stop(self) -> None:
+        """Stop every engine and the controller; no process is left behind."""
+        global _current
+        if self.engines is not None:
+            self.engines.stop()
+        if _current is self:
+            _current = None
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<nbdist.Cluster {len(self.slots)} ranks, backend {self.backend}>"
+
+    # -- repair -----------------------------------------------------------------------------
+    def drain_exits(self) -> list[EngineExit]:
+        """Engine deaths reported since the last call."""
+        out = []
+        q = self.engines.exits
+        while not q.empty():
+            out.append(q.get_nowait())
+        return out
+
+    def replace(self, ranks: list[int]) -> None:
+        """Give these ranks fresh engines (same rank numbers) and re-form the group."""
+        pids = [self.slots[r].pid for r in ranks]
+        self.engines.signal(pids, sig=9)
+        self.engines.engine_pids.difference_update(pids)
+        known = set(self.client.ids) | {s.engine_id for s in self.slots}
+        new_ids = self.engines.add_engines(len(ranks), known)
+        inv = self._setup(new_ids)
+        for r, eid in zip(ranks, new_ids):
+            self.slots = placement.substitute(self.slots, r, eid, inv[eid])
+            self.inventory[eid] = inv[eid]
+        self._form_group()
+
+    # -- cells ------------------------------------------------------------------------------
+    def run(self, source: str, opts: config.CellOptions | None = None, transform=None):
+        """Run ``source`` on the ranks (all by default); return rank 0's last expression value."""
+        opts = opts or config.CellOptions()
+        check_syntax(source, transform or (lambda s: s))
+        n = len(self.slots)
+        if opts.ranks is not None:
+            bad = [r for r in opts.ranks if not 0 <= r < n]
+            if bad or not opts.ranks:
+                raise UsageError(f"--ranks must name ranks between 0 and {n - 1}, not {list(opts.ranks)}")
+        full = opts.ranks is None or sorted(set(opts.ranks)) == list(range(n))
+        groups = {}
+        if full and not self.group_ready:  # re-form the group inside this cell, on every rank
+            self.attempt += 1
+            groups = self.rank_infos()
+        filename = f"<distributed-cell-{next(_cell_numbers)}>"
+        run = CellRun(self, source, opts, filename, groups)
+        report = run.wait()
+        note = self._recover(report, full)
+        if full and not report.failures and not report.interrupted:
+            self.group_ready = True
+            self.journal.append(source)
+        run.raise_for(report, note)
+        return report.value
+
+    def _recover(self, report: CellReport, full: bool) -> str:
+        """Make the cluster whole again after a failed cell; say what was done."""
+        if report.lost:
+            self.replace(sorted(set(report.lost)))
+            return (
+                f"nbdist: rank(s) {sorted(set(report.lost))} got fresh engines; names defined "
+                "there by earlier cells are gone. The process group was re-formed."
+            )
+        if report.group_broken and full:
+            self.group_ready = False  # re-formed at the start of the next cell, on every rank
+            return "nbdist: the process group will be re-formed at the next cell."
+        return ""
+
+    # -- data back --------------------------------------------------------------------------
+    def pull(self, name: str, rank: int = 0):
+        """Bring the engine variable ``name`` from ``rank`` into the notebook."""
+        if not name.isidentifier():
+            raise UsageError(f"{name!r} is not a variable name")
+        if not 0 <= rank < len(self.slots):
+            raise UsageError(f"rank must be between 0 and {len(self.slots) - 1}, not {rank}")
+        view = self.client[self.slots[rank].engine_id]
+        found = view.apply_sync(_has_name, name)
+        if not found:
+            raise UsageError(f"name {name!r} is not defined on rank {rank}")
+        return view.pull(name, block=True)
+
+    def status(self) -> list[dict]:
+        """One row per rank: rank, host, pid, device, state."""
+        alive = set(self.client.ids) if self.client else set()
+        return [
+            {
+                "rank": s.rank,
+                "engine": s.engine_id,
+                "host": s.host,
+                "pid": s.pid,
+                "device": s.device,
+                "state": "ready" if s.engine_id in alive else "lost",
+            }
+            for s in self.slots
+        ]
+
+
+def _has_name(name: str) -> bool:
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    ns = ip.user_ns if ip is not None else globals()
+    return name in ns
+
+
+def start(n: int = 2, **options) -> Cluster:
+    """Start a local cluster of ``n`` engines with a ready process group, and make it current."""
+    global _current
+    if _current is not None:
+        raise UsageError("a cluster is already running: stop it first with %nbdist stop")
+    cluster = Cluster(config.ClusterConfig(n=n, **options))
+    try:
+        cluster._start()
+    except BaseException:
+        cluster.stop()
+        raise
+    _current = cluster
+    return cluster
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    if _current is not None:
+        _current.stop()

@@ -1,0 +1,238 @@
+"""Run one ``%%distributed`` cell on every rank and watch it until it ends, one way or another.
+
+The cell is sent to all ranks at once (non-blocking), then watched in one loop that streams
+output, notices failures and engine deaths, and enforces the deadline. One rank's failure ends the
+cell within seconds: the failing rank leaves the process group itself (its peers' collectives fail
+at once), and ranks still busy after ``grace`` seconds are interrupted; ranks that do not stop
+within ``stop_wait`` seconds are killed and their engines replaced. The interrupt button takes
+the same road.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..config import CellOptions
+from ..errors import DistributedCellError, RankFailure, UsageError
+from ..worker import runner
+
+_POLL = 0.02  # seconds between looks at the ranks: output latency, not CPU, is what it costs
+_SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # engines' text is text
+
+
+@dataclass
+class _Rank:
+    rank: int
+    engine_id: int
+    pid: int
+    ar: object  # ipyparallel AsyncResult
+    shown: dict = field(default_factory=lambda: {"stdout": 0, "stderr": 0, "outputs": 0})
+    outcome: dict | None = None
+    partial: dict = field(default_factory=lambda: {"stdout": "", "stderr": ""})
+
+
+@dataclass
+class CellReport:
+    """How a cell ended: rank 0's value, failures, and the ranks that must be replaced."""
+
+    value: object = None
+    failures: list[RankFailure] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)  # ranks whose engine died or had to be killed
+    interrupted: bool = False
+    group_broken: bool = False
+    seconds: float = 0.0
+
+
+def check_syntax(source: str, transform: Callable[[str], str]) -> None:
+    """Refuse a cell that does not compile: one error, before anything is sent to the ranks."""
+    try:
+        compile(transform(source), "<cell>", "exec")
+    except SyntaxError as e:
+        line = (e.text or "").strip()
+        where = f"line {e.lineno}" + (f": {line}" if line else "")
+        raise UsageError(f"syntax error in the cell ({e.msg}), {where}") from None
+
+
+class CellRun:
+    """One cell on a set of ranks, from sending to the last output line."""
+
+    def __init__(self, cluster, source: str, opts: CellOptions, filename: str, groups: dict):
+        self.cluster = cluster
+        self.opts = opts
+        self.observers: list[Callable[[dict], None]] = []
+        ranks = list(opts.ranks) if opts.ranks is not None else [s.rank for s in cluster.slots]
+        self.main_rank = ranks[0]
+        client = cluster.client
+        self.ranks: dict[int, _Rank] = {}
+        for r in ranks:
+            slot = cluster.slots[r]
+            ar = client[slot.engine_id].apply_async(
+                runner.run_cell,
+                source,
+                filename,
+                groups.get(r),
+                r == self.main_rank,
+                cluster.cfg.group_timeout,
+            )
+            self.ranks[r] = _Rank(r, slot.engine_id, slot.pid, ar)
+
+    # -- output ---------------------------------------------------------------------------
+    def _visible(self, r: int) -> bool:
+        return self.opts.all_output or r == self.main_rank
+
+    def _stream(self, rk: _Rank, final: bool = False) -> None:
+        md = self.cluster.client.metadata.get(rk.ar.msg_ids[0], {})
+        for name, target in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            text = md.get(name, "")
+            new = text[rk.shown[name] :]
+            rk.shown[name] = len(text)
+            if not new and not final:
+                continue
+            buf = rk.partial[name] + new
+            lines = buf.split("\n")
+            rk.partial[name] = "" if final else lines.pop()
+            if final and lines and lines[-1] == "":
+                lines.pop()
+            if lines and self._visible(rk.rank):
+                prefix = f"[rank {rk.rank}] " if self.opts.all_output else ""
+                target.write("".join(f"{prefix}{line}\n" for line in lines))
+                target.flush()
+        outputs = md.get("outputs", [])
+        for out in outputs[rk.shown["outputs"] :]:
+            if self._visible(rk.rank):
+                self._republish(out)
+        rk.shown["outputs"] = len(outputs)
+
+    @staticmethod
+    def _republish(out: dict) -> None:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        data = {k: v for k, v in out.get("data", {}).items() if k in _SAFE_MIME}
+        if ip is not None and data:
+            ip.display_pub.publish(data=data, metadata=out.get("metadata", {}))
+
+    # -- watching -------------------------------------------------------------------------
+    def _collect(self, rk: _Rank) -> None:
+        """Record the outcome of a rank whose result has arrived."""
+        try:
+            rk.outcome = rk.ar.get(0)
+        except Exception as exc:  # the engine went away under the call
+            rk.outcome = {
+                "ok": False,
+                "kind": "died",
+                "summary": f"engine lost: {type(exc).__name__}: {exc}",
+                "traceback": "",
+                "at": time.time(),
+            }
+
+    def _running(self) -> list[_Rank]:
+        return [rk for rk in self.ranks.values() if rk.outcome is None]
+
+    def _note_exits(self, report: CellReport) -> None:
+        by_pid = {rk.pid: rk for rk in self.ranks.values()}
+        for ex in self.cluster.drain_exits():
+            rk = by_pid.get(ex.pid)
+            if rk is not None and rk.outcome is None:
+                rk.outcome = {
+                    "ok": False,
+                    "kind": "died",
+                    "summary": f"engine process {ex.describe()} (pid {ex.pid})",
+                    "traceback": "",
+                    "at": time.time(),
+                }
+
+    def _stop_running(self, report: CellReport) -> None:
+        """Interrupt the ranks still running; kill the ones that will not stop."""
+        running = self._running()
+        if not running:
+            return
+        self.cluster.engines.signal([rk.pid for rk in running])
+        deadline = time.monotonic() + self.opts.stop_wait
+        while self._running() and time.monotonic() < deadline:
+            self._poll_once(report)
+            time.sleep(_POLL)
+        for rk in self._running():
+            self.cluster.engines.signal([rk.pid], sig=9)
+            rk.outcome = {
+                "ok": False,
+                "kind": "hung",
+                "summary": f"did not stop within {self.opts.stop_wait:.0f} s of an interrupt; "
+                "its engine was killed and replaced",
+                "traceback": "",
+                "at": time.time(),
+            }
+
+    def _poll_once(self, report: CellReport) -> None:
+        self._note_exits(report)
+        for rk in self.ranks.values():
+            if rk.outcome is None and rk.ar.ready():
+                self._collect(rk)
+            self._stream(rk)
+        for obs in self.observers:
+            obs(self.ranks)
+
+    def wait(self) -> CellReport:
+        """Watch the cell to its end and say how it went."""
+        report = CellReport()
+        t0 = time.monotonic()
+        deadline = t0 + self.opts.timeout if self.opts.timeout else None
+        first_failure: float | None = None
+        timed_out = False
+        try:
+            while self._running():
+                self._poll_once(report)
+                now = time.monotonic()
+                failed = [rk for rk in self.ranks.values() if rk.outcome and not rk.outcome["ok"]]
+                if failed and first_failure is None:
+                    first_failure = now
+                if first_failure is not None and now - first_failure > self.opts.grace:
+                    self._stop_running(report)
+                elif deadline is not None and now > deadline:
+                    timed_out = True
+                    self._stop_running(report)
+                else:
+                    time.sleep(_POLL)
+        except KeyboardInterrupt:
+            report.interrupted = True
+            self._stop_running(report)
+        for rk in self.ranks.values():
+            if rk.outcome is None:
+                self._collect(rk)
+            self._stream(rk, final=True)
+        report.seconds = time.monotonic() - t0
+        self._summarise(report, timed_out)
+        return report
+
+    def _summarise(self, report: CellReport, timed_out: bool) -> None:
+        for rk in self.ranks.values():
+            out = rk.outcome
+            if not out.get("group_formed", False) and len(self.ranks) == len(
+                self.cluster.slots
+            ):
+                report.group_broken = True
+            if out["ok"]:
+                if rk.rank == self.main_rank:
+                    report.value = out.get("value")
+                continue
+            kind = out["kind"]
+            if timed_out and kind == "interrupted":
+                kind = "timeout"
+                out = dict(out, summary=f"stopped: the cell ran past --timeout {self.opts.timeout:g} s")
+            if kind in ("died", "hung"):
+                report.lost.append(rk.rank)
+            report.failures.append(
+                RankFailure(rk.rank, out["summary"], out.get("traceback", ""), out["at"], kind)
+            )
+        if report.failures:
+            report.group_broken = True
+
+    def raise_for(self, report: CellReport, note: str = "") -> None:
+        """Turn a failed report into the one error the person sees."""
+        if report.interrupted:
+            raise KeyboardInterrupt("nbdist: the cell was interrupted on every rank")
+        if report.failures:
+            raise DistributedCellError(report.failures, note)

@@ -1,0 +1,146 @@
+"""Forming, checking and tearing down the process group, on an engine.
+
+Rendezvous works as under torchrun's agent: rank 0's engine serves a TCPStore on a socket it bound
+itself (a free port with no race, on the address named, never on all interfaces), and every rank
+joins it as a client under a prefix of its own for each formation, so a re-formed group never
+reads a stale key (torch's own env:// path reuses the keys of the last group). Calls to
+``init_process_group`` go through the same path: a no-op while nbdist's group stands, a fresh
+formation after the user's code destroyed it. So code written for torchrun runs unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from . import context
+from .context import RankInfo
+
+_store = None  # the TCPStore server, on rank 0's engine only; lives as long as the engine
+_store_sock: socket.socket | None = None
+_formations = 0  # groups formed in this attempt; the same count on every rank (SPMD)
+
+
+def serve_store(addr: str) -> int:
+    """Serve the rendezvous store on ``addr`` (rank 0's engine) and return its port."""
+    global _store, _store_sock
+    if _store is None:
+        sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+        sock.bind((addr, 0))
+        sock.listen(1024)
+        port = sock.getsockname()[1]
+        _store = dist.TCPStore(
+            addr, port, is_master=True, wait_for_workers=False, master_listen_fd=sock.fileno()
+        )
+        _store_sock = sock  # keep the fd open as long as the store serves it
+    return _store.port
+
+
+def _interface_of(addr: str) -> str | None:
+    """The network interface that owns ``addr`` (gloo listens there and nowhere else)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == addr for a in addrs):
+            return name
+    return None
+
+
+def form(info: dict, timeout: float) -> float:
+    """Join the process group described by ``info`` (a RankInfo as dict); return seconds taken.
+
+    Ends with an all-reduce that proves every rank is in the same group: two processes that
+    believe they train together but never synchronise are caught here, not after an epoch.
+    """
+    global _formations
+    t0 = time.perf_counter()
+    ri = RankInfo(**info)
+    abort()  # whatever group this engine had is over
+    context.set_current(ri)
+    _formations = 0
+    iface = _interface_of(ri.master_addr)
+    if iface and ri.backend == "gloo":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+    if ri.device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(ri.device))
+    _init(ri.backend, timedelta(seconds=timeout))
+    probe = torch.ones(1, device=ri.device)
+    dist.all_reduce(probe)
+    if int(probe.item()) != ri.world_size:
+        raise RuntimeError(
+            f"process group check failed: all-reduce of ones gave {probe.item()}, "
+            f"expected {ri.world_size}; ranks are not in one group"
+        )
+    return time.perf_counter() - t0
+
+
+def is_formed() -> bool:
+    """True while this engine is in a process group."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def abort() -> None:
+    """Leave the process group at once. Peers blocked in a collective with us fail within
+    milliseconds ("Connection closed by peer") instead of waiting for the collective timeout."""
+    if not is_formed():
+        return
+    try:
+        dist.distributed_c10d._abort_process_group()
+    except Exception:
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+_original_init = dist.init_process_group
+
+
+def _init(backend: str | None, timeout: timedelta | None = None, **kwargs) -> None:
+    """Form the default group on nbdist's store, under a prefix no earlier formation used."""
+    global _formations
+    ri = context.current()
+    _formations += 1
+    client = dist.TCPStore(
+        ri.master_addr, ri.master_port, is_master=False, timeout=timeout or timedelta(minutes=5)
+    )
+    store = dist.PrefixStore(f"nbdist/{ri.attempt}/{_formations}", client)
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    _original_init(
+        backend=backend or ri.backend, store=store, rank=ri.rank, world_size=ri.world_size, **kwargs
+    )
+
+
+@functools.wraps(_original_init)
+def _idempotent_init(backend=None, init_method=None, *args, **kwargs):
+    """``init_process_group`` as torchrun scripts call it: a no-op when nbdist's group is formed."""
+    if dist.is_initialized():
+        ws = kwargs.get("world_size", -1)
+        if ws not in (-1, None, dist.get_world_size()):
+            raise ValueError(
+                f"init_process_group(world_size={ws}) but this cluster has "
+                f"{dist.get_world_size()} ranks: drop world_size, or restart with "
+                f"%nbdist start -n {ws}"
+            )
+        wanted = str(backend).lower() if backend else None
+        if wanted in (None, dist.get_backend().lower()) or wanted in dist.get_backend().lower():
+            return None
+        dist.destroy_process_group()
+    if init_method in (None, "env://") and "store" not in kwargs and context._current is not None:
+        kwargs.pop("rank", None)
+        kwargs.pop("world_size", None)
+        return _init(backend, kwargs.pop("timeout", None), **kwargs)
+    return _original_init(backend, init_method, *args, **kwargs)
+
+
+def install_idempotent_init() -> None:
+    """Route ``torch.distributed.init_process_group`` through the idempotent wrapper."""
+    dist.init_process_group = _idempotent_init
+    dist.distributed_c10d.init_process_group = _idempotent_init
