@@ -140,8 +140,18 @@ class Cluster:
         self._form_group()
 
     # -- cells ------------------------------------------------------------------------------
-    def run(self, source: str, opts: config.CellOptions | None = None, transform=None):
-        """Run ``source`` on the ranks (all by default); return rank 0's last expression value."""
+    def run(
+        self,
+        source: str,
+        opts: config.CellOptions | None = None,
+        transform=None,
+        observers: list | None = None,
+    ):
+        """Run ``source`` on the ranks (all by default); return rank 0's last expression value.
+
+        ``observers`` are called with the CellRun's ranks at every poll (about 50 times a
+        second) while the cell runs: the dashboard's way in.
+        """
         opts = opts or config.CellOptions()
         check_syntax(source, transform or (lambda s: s))
         n = len(self.slots)
@@ -156,6 +166,7 @@ class Cluster:
             groups = self.rank_infos()
         filename = f"<distributed-cell-{next(_cell_numbers)}>"
         run = CellRun(self, source, opts, filename, groups)
+        run.observers.extend(observers or [])
         report = run.wait()
         note = self._recover(report, full)
         if full and not report.failures and not report.interrupted:

@@ -20,6 +20,7 @@ from ..errors import DistributedCellError, RankFailure, UsageError
 from ..worker import runner
 
 _POLL = 0.02  # seconds between looks at the ranks: output latency, not CPU, is what it costs
+_OUTPUT_WAIT = 2.0  # seconds to wait for a finished rank's last output to arrive
 _SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # engines' text is text
 
 
@@ -84,7 +85,7 @@ class CellRun:
         return self.opts.all_output or r == self.main_rank
 
     def _stream(self, rk: _Rank, final: bool = False) -> None:
-        md = self.cluster.client.metadata.get(rk.ar.msg_ids[0], {})
+        md = rk.ar.metadata  # filled in by the client as iopub messages arrive
         for name, target in (("stdout", sys.stdout), ("stderr", sys.stderr)):
             text = md.get(name, "")
             new = text[rk.shown[name] :]
@@ -202,6 +203,8 @@ class CellRun:
         for rk in self.ranks.values():
             if rk.outcome is None:
                 self._collect(rk)
+            if rk.outcome.get("kind") not in ("died", "hung"):
+                rk.ar.wait_for_output(timeout=_OUTPUT_WAIT)  # iopub may trail the reply
             self._stream(rk, final=True)
         report.seconds = time.monotonic() - t0
         self._summarise(report, timed_out)

@@ -1,0 +1,179 @@
+"""Shared fixtures: real clusters, real kernels, and a check that no process outlives the tests."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from dataclasses import dataclass, field
+
+import psutil
+import pytest
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Poll ``predicate`` until it is truthy; fail the test with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def assert_gone(pids, timeout: float = 10.0) -> None:
+    """Every process in ``pids`` has exited (zombies count as gone)."""
+
+    def gone():
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    return False
+            except psutil.NoSuchProcess:
+                pass
+        return True
+
+    wait_until(gone, timeout, what=f"processes {sorted(pids)} to exit")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nbdist_data_dir(tmp_path_factory):
+    """Every test run keeps its records in a fresh directory, never the user's."""
+    path = tmp_path_factory.mktemp("nbdist-data")
+    old = os.environ.get("NBDIST_DATA_DIR")
+    os.environ["NBDIST_DATA_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("NBDIST_DATA_DIR", None)
+    else:
+        os.environ["NBDIST_DATA_DIR"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_stray_processes():
+    """After the whole suite, no process started by a test is still running."""
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    def strays():
+        return [
+            p for p in me.children(recursive=True)
+            if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
+        ]
+    try:
+        wait_until(lambda: not strays(), 15, what="test processes to exit")
+    except AssertionError:
+        left = [(p.pid, " ".join(p.cmdline())[:80]) for p in strays()]
+        for p in strays():
+            p.kill()
+        raise AssertionError(f"processes left behind by the tests: {left}") from None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A real 2-engine nbdist cluster (Python API), stopped after the module's tests."""
+    import nbdist
+
+    c = nbdist.start(n=2)
+    pids = [p.pid for p in c.engines.processes()]
+    yield c
+    c.stop()
+    assert_gone(pids)
+
+
+# -- a real IPython kernel, driven as a notebook front end drives it ---------------------------
+
+
+@dataclass
+class CellResult:
+    stdout: str = ""
+    stderr: str = ""
+    result: str | None = None  # text/plain of the cell's value
+    error: dict | None = None  # {"ename", "evalue", "traceback"}
+    displays: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Kernel:
+    """A live kernel with nbdist loaded; ``run`` executes a cell and returns what it showed."""
+
+    def __init__(self, km, kc):
+        self.km, self.kc = km, kc
+
+    @property
+    def pid(self) -> int:
+        return self.km.provisioner.process.pid
+
+    def run(self, code: str, timeout: float = 120, interrupt_after: float | None = None):
+        res = CellResult()
+        t0 = time.monotonic()
+        msg_id = self.kc.execute(code)
+        interrupted = False
+        deadline = t0 + timeout
+        while True:
+            if interrupt_after is not None and not interrupted:
+                if time.monotonic() - t0 > interrupt_after:
+                    self.km.interrupt_kernel()
+                    interrupted = True
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.1)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"cell did not finish in {timeout} s:\n{code}") from None
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                if content["name"] == "stdout":
+                    res.stdout += content["text"]
+                else:
+                    res.stderr += content["text"]
+            elif kind == "execute_result":
+                res.result = content["data"].get("text/plain")
+            elif kind == "display_data":
+                res.displays.append(content["data"])
+            elif kind == "error":
+                res.error = content
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+        res.seconds = time.monotonic() - t0
+        return res
+
+    def ok(self, code: str, timeout: float = 120) -> CellResult:
+        """Run a cell that must succeed."""
+        res = self.run(code, timeout)
+        assert res.error is None, "\n".join(res.error["traceback"])
+        return res
+
+    def descendants(self) -> list[int]:
+        try:
+            return [p.pid for p in psutil.Process(self.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+
+def start_kernel() -> Kernel:
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", env=dict(os.environ))
+    k = Kernel(km, kc)
+    k.ok("%load_ext nbdist")
+    return k
+
+
+def shutdown_kernel(k: Kernel) -> None:
+    pids = k.descendants() + [k.pid]
+    k.kc.stop_channels()
+    k.km.shutdown_kernel(now=False)
+    assert_gone(pids, timeout=15)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    """A real IPython kernel with ``%load_ext nbdist`` done; shut down (and checked) after."""
+    k = start_kernel()
+    yield k
+    shutdown_kernel(k)
