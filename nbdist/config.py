@@ -18,7 +18,7 @@ DATA_DIR_ENV = "NBDIST_DATA_DIR"
 
 
 def data_dir() -> Path:
-    """The directory nbdist keeps its records in: ``$NBDIST_DATA_DIR`` or ``~/.local/share/nbdist``."""
+    """Where nbdist keeps its records: ``$NBDIST_DATA_DIR`` or ``~/.local/share/nbdist``."""
     env = os.environ.get(DATA_DIR_ENV)
     base = Path(env) if env else Path.home() / ".local" / "share" / "nbdist"
     return base.expanduser()
@@ -48,7 +48,7 @@ class ClusterConfig:
     backend: str | None = None
     """torch.distributed backend; default: nccl when every rank has a GPU, gloo otherwise."""
     group_timeout: float = 300.0
-    """Timeout of a single collective, seconds. Failures are caught long before this (see README)."""
+    """Timeout of one collective, in seconds. Failures are caught long before (see README)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
@@ -76,10 +76,34 @@ class CellOptions:
     """Show every rank's output, each line labelled with its rank (default: rank 0's only)."""
     grace: float = 3.0
     """After one rank fails, seconds the others get to finish before they are interrupted."""
-    stop_wait: float = 5.0
+    stop_wait: float = 10.0
     """Seconds an interrupted rank gets to stop before its engine is replaced."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:
             raise UsageError(f"--timeout must be a positive number of seconds, not {self.timeout}")
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    """How the notebook watches a running cell: the dashboard's pace and the health verdicts."""
+
+    ui_interval: float = 0.1
+    """Seconds between updates of the dashboard's numbers (progress, step, samples/s)."""
+    chart_interval: float = 0.4
+    """Seconds between redraws of the charts, table and logs (at least twice a second)."""
+    store_interval: float = 0.5
+    """Seconds between writes to the run store (one transaction each)."""
+    silent_after: float = 5.0
+    """A rank with no news (heartbeat or, while others report, a report) this long is silent."""
+    slow_factor: float = 2.0
+    """A rank whose step time exceeds this many times the median is slow (a straggler)."""
+    log_lines: int = 5
+    """Last lines of each rank's output shown on the dashboard."""
+
+    def __post_init__(self) -> None:
+        if min(self.ui_interval, self.chart_interval, self.store_interval) <= 0:
+            raise UsageError("telemetry intervals must be positive numbers of seconds")
+        if self.silent_after <= 0 or self.slow_factor <= 1:
+            raise UsageError("silent_after must be > 0 and slow_factor > 1")

@@ -30,6 +30,10 @@ class NbdistError(Exception):
 class UsageError(NbdistError, _IPythonUsageError):
     """Bad input: shown as one line that names the problem and the fix."""
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows only its own UsageError (not subclasses) as one line; do it ourselves.
+        return [f"UsageError: {self}"]
+
 
 @dataclass(frozen=True)
 class RankFailure:

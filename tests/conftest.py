@@ -57,11 +57,14 @@ def no_stray_processes():
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     yield
+
     def strays():
         return [
-            p for p in me.children(recursive=True)
+            p
+            for p in me.children(recursive=True)
             if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
         ]
+
     try:
         wait_until(lambda: not strays(), 15, what="test processes to exit")
     except AssertionError:
@@ -107,9 +110,16 @@ class Kernel:
         return self.km.provisioner.process.pid
 
     def run(self, code: str, timeout: float = 120, interrupt_after: float | None = None):
+        """Execute ``code`` and wait for it (optionally pressing interrupt after some seconds)."""
+        return self.collect(self.submit(code), timeout, interrupt_after)
+
+    def submit(self, code: str) -> tuple[str, float]:
+        """Send a cell without waiting; ``collect`` its result later."""
+        return self.kc.execute(code), time.monotonic()
+
+    def collect(self, sent: tuple[str, float], timeout: float = 120, interrupt_after=None):
+        msg_id, t0 = sent
         res = CellResult()
-        t0 = time.monotonic()
-        msg_id = self.kc.execute(code)
         interrupted = False
         deadline = t0 + timeout
         while True:
@@ -121,7 +131,7 @@ class Kernel:
                 msg = self.kc.get_iopub_msg(timeout=0.1)
             except queue.Empty:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"cell did not finish in {timeout} s:\n{code}") from None
+                    raise AssertionError(f"cell {msg_id} did not finish in {timeout} s") from None
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue

@@ -51,6 +51,13 @@ def profile_dir() -> Path:
     return path
 
 
+def _owner_only(security: Path) -> None:
+    """Connection and cluster files hold keys and addresses: readable by their owner alone."""
+    os.chmod(security, 0o700)
+    for f in security.glob("*.json"):
+        os.chmod(f, 0o600)
+
+
 @dataclass(frozen=True)
 class EngineExit:
     """An engine process ended: its pid and exit status (negative: killed by that signal)."""
@@ -155,6 +162,7 @@ class EngineCluster:
         try:
             self._ipp.start_controller_sync()
             self.client = self._ipp.connect_client_sync()
+            _owner_only(Path(self._ipp.profile_dir) / "security")
             self.add_engines(self.cfg.n, known=set())
         except BaseException as exc:
             self.stop()

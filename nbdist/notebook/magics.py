@@ -47,7 +47,17 @@ def _nbdist_parser() -> _Parser:
     s.add_argument("--threads", type=int, default=None, help="threads per engine")
     s.add_argument("--backend", choices=["gloo", "nccl"], default=None)
     sub.add_parser("stop", help="stop every engine and the controller")
+    at = sub.add_parser("attach", help="use a cluster started from the sidebar")
+    at.add_argument("cluster_id", nargs="?", default=None, help="default: the newest one")
     sub.add_parser("status", help="show each rank: host, pid, device, state")
+    sc = sub.add_parser("scatter", help="send one shard of a notebook array to each rank")
+    sc.add_argument("name", help="notebook variable: an array, a tensor or a tuple of them")
+    sc.add_argument("--stratify", default=None, metavar="LABELS", help="notebook labels variable")
+    sc.add_argument("--labels", default=None, metavar="LABELS", help="labels, for the report only")
+    sc.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="keep row order")
+    sc.add_argument("--seed", type=int, default=0)
+    sc.add_argument("--remainder", choices=["drop", "pad", "uneven"], default="uneven")
+    sc.add_argument("--as", dest="target", default=None, help="engine name (default: NAME)")
     pl = sub.add_parser("pull", help="bring an engine variable into the notebook")
     pl.add_argument("name")
     pl.add_argument("--rank", type=int, default=0)
@@ -60,7 +70,23 @@ def _distributed_parser() -> _Parser:
     p.add_argument("--timeout", type=float, default=None, help="stop the cell after SECONDS")
     p.add_argument("--ranks", type=_ranks, default=None, help="run on these ranks only: 0,2")
     p.add_argument("--all-output", action="store_true", help="show every rank's output")
+    # telemetry (see nbdist.notebook.runs)
+    p.add_argument("--no-dashboard", action="store_true", help="no live dashboard widget")
+    p.add_argument("--total", type=_positive, default=None, help="steps in all, for the ETA")
+    p.add_argument("--tensorboard", metavar="DIR", default=None, help="also write TensorBoard logs")
+    p.add_argument("--stop-on-nan", action="store_true", help="stop every rank on a NaN/inf loss")
+    p.add_argument("--name", default="", help="a name for this run in nbdist.runs()")
     return p
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
+    return value
 
 
 def _parse(parser: _Parser, line: str) -> argparse.Namespace | None:
@@ -84,7 +110,8 @@ def _status_table(rows: list[dict]) -> str:
 class NbdistMagics(Magics):
     @line_magic
     def nbdist(self, line: str):
-        """Control the cluster: ``%nbdist start -n N`` | ``stop`` | ``status`` | ``pull NAME``."""
+        """Control the cluster: ``%nbdist start -n N`` | ``attach [ID]`` | ``stop`` | ``status`` |
+        ``pull NAME`` | ``scatter NAME``."""
         args = _parse(_nbdist_parser(), line)
         if args is None:
             return None
@@ -94,15 +121,29 @@ class NbdistMagics(Magics):
                 f"nbdist: {len(c.slots)} ranks ready ({c.backend}, {c.cfg.threads} thread(s) "
                 f"per engine) in {c.ready_seconds:.1f} s"
             )
+        elif args.command == "attach":
+            from .attach import attach
+
+            c = attach(args.cluster_id)
+            print(f"nbdist: attached to {c.engines.cluster_id}, {len(c.slots)} ranks ({c.backend})")
         elif args.command == "stop":
             c = session.current(required=False)
             if c is None:
                 print("nbdist: no cluster is running")
+            elif getattr(c.engines, "hosted", False):
+                c.stop()
+                print("nbdist: detached; the cluster runs on (stop it from the nbdist sidebar)")
             else:
                 c.stop()
                 print("nbdist: cluster stopped")
         elif args.command == "status":
             print(_status_table(session.current().status()))
+        elif args.command == "scatter":
+            from . import data
+
+            opts = {k: getattr(args, k) for k in ("target", "stratify", "labels", "shuffle", "seed",
+                                                  "remainder")}
+            data.scatter_variable(self.shell.user_ns, args.name, **opts)
         elif args.command == "pull":
             value = session.current().pull(args.name, rank=args.rank)
             self.shell.user_ns[args.target or args.name] = value
@@ -112,11 +153,19 @@ class NbdistMagics(Magics):
     def distributed(self, line: str, cell: str):
         """Run the cell on every rank at once; rank 0's last expression is the cell's value.
 
-        Options: ``--timeout SECONDS``, ``--ranks 0,2``, ``--all-output``.
+        Options: ``--timeout SECONDS``, ``--ranks 0,2``, ``--all-output``; telemetry:
+        ``--no-dashboard``, ``--total N``, ``--tensorboard DIR``, ``--stop-on-nan``, ``--name``.
         """
         args = _parse(_distributed_parser(), line)
         if args is None:
             return None
         cluster = session.current()
-        opts = CellOptions(timeout=args.timeout, ranks=args.ranks, all_output=args.all_output)
-        return cluster.run(cell, opts, transform=self.shell.transform_cell)
+        telemetry = {"dashboard": not args.no_dashboard, "total": args.total,
+                     "tensorboard": args.tensorboard, "stop_on_nan": args.stop_on_nan}
+        opts = CellOptions(timeout=args.timeout, ranks=args.ranks, all_output=args.all_output,
+                           extra=telemetry)
+        from .runs import RunMonitor
+
+        with RunMonitor(cluster, cell, opts, name=args.name, **telemetry) as monitor:
+            return cluster.run(cell, opts, transform=self.shell.transform_cell,
+                               observers=[monitor])

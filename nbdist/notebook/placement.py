@@ -29,7 +29,7 @@ class Slot:
 def choose_backend(gpu_counts: list[int], local_ranks: list[int], allow_mixed: bool) -> str:
     """``nccl`` when every rank has a GPU of its own, ``gloo`` when none has; a mix is refused
     unless ``allow_mixed`` (then gloo, on CPU everywhere)."""
-    has_gpu = [lr < n for n, lr in zip(gpu_counts, local_ranks)]
+    has_gpu = [lr < n for n, lr in zip(gpu_counts, local_ranks, strict=True)]
     if all(has_gpu) and has_gpu:
         return "nccl"
     if not any(has_gpu) or allow_mixed:

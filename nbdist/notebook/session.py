@@ -17,6 +17,7 @@ from ..worker import rendezvous, setup
 from . import placement
 from .cluster import EngineCluster, EngineExit
 from .supervisor import CellReport, CellRun, check_syntax
+from .transfer import EngineValue, unpack
 
 _current: Cluster | None = None
 _cell_numbers = itertools.count(1)
@@ -60,7 +61,9 @@ class Cluster:
         return self.engines.client
 
     def _setup(self, engine_ids: list[int]) -> dict[int, dict]:
-        ars = {eid: self.client[eid].apply_async(setup.setup, self.cfg.threads) for eid in engine_ids}
+        ars = {
+            eid: self.client[eid].apply_async(setup.setup, self.cfg.threads) for eid in engine_ids
+        }
         return {eid: ar.get(self.cfg.start_timeout) for eid, ar in ars.items()}
 
     def _form_group(self) -> None:
@@ -72,7 +75,9 @@ class Cluster:
         )
         infos = self.rank_infos()
         ars = [
-            self.client[s.engine_id].apply_async(rendezvous.form, infos[s.rank], self.cfg.group_timeout)
+            self.client[s.engine_id].apply_async(
+                rendezvous.form, infos[s.rank], self.cfg.group_timeout
+            )
             for s in self.slots
         ]
         try:
@@ -134,7 +139,7 @@ class Cluster:
         known = set(self.client.ids) | {s.engine_id for s in self.slots}
         new_ids = self.engines.add_engines(len(ranks), known)
         inv = self._setup(new_ids)
-        for r, eid in zip(ranks, new_ids):
+        for r, eid in zip(ranks, new_ids, strict=True):
             self.slots = placement.substitute(self.slots, r, eid, inv[eid])
             self.inventory[eid] = inv[eid]
         self._form_group()
@@ -158,7 +163,9 @@ class Cluster:
         if opts.ranks is not None:
             bad = [r for r in opts.ranks if not 0 <= r < n]
             if bad or not opts.ranks:
-                raise UsageError(f"--ranks must name ranks between 0 and {n - 1}, not {list(opts.ranks)}")
+                raise UsageError(
+                    f"--ranks must name ranks between 0 and {n - 1}, not {list(opts.ranks)}"
+                )
         full = opts.ranks is None or sorted(set(opts.ranks)) == list(range(n))
         groups = {}
         if full and not self.group_ready:  # re-form the group inside this cell, on every rank
@@ -170,7 +177,7 @@ class Cluster:
         report = run.wait()
         note = self._recover(report, full)
         if full and not report.failures and not report.interrupted:
-            self.group_ready = True
+            self.group_ready = not report.group_broken  # the cell may have destroyed it
             self.journal.append(source)
         run.raise_for(report, note)
         return report.value
@@ -195,11 +202,16 @@ class Cluster:
             raise UsageError(f"{name!r} is not a variable name")
         if not 0 <= rank < len(self.slots):
             raise UsageError(f"rank must be between 0 and {len(self.slots) - 1}, not {rank}")
-        view = self.client[self.slots[rank].engine_id]
-        found = view.apply_sync(_has_name, name)
-        if not found:
+        packed = self.client[self.slots[rank].engine_id].apply_sync(_fetch, name)
+        if packed is None:
             raise UsageError(f"name {name!r} is not defined on rank {rank}")
-        return view.pull(name, block=True)
+        value = unpack(packed)
+        if isinstance(value, EngineValue):
+            raise UsageError(
+                f"{name!r} on rank {rank} cannot be sent to the notebook ({value.text[:60]}): "
+                "pull something picklable, such as its state_dict()"
+            )
+        return value
 
     def status(self) -> list[dict]:
         """One row per rank: rank, host, pid, device, state."""
@@ -217,25 +229,36 @@ class Cluster:
         ]
 
 
-def _has_name(name: str) -> bool:
-    from IPython import get_ipython
+def _fetch(name: str) -> dict | None:
+    """On an engine: the packed value of ``name``, or None when it is not defined."""
+    from nbdist.worker.runner import portable
+    from nbdist.worker.setup import _namespace
 
-    ip = get_ipython()
-    ns = ip.user_ns if ip is not None else globals()
-    return name in ns
+    ns = _namespace()
+    return portable(ns[name]) if name in ns else None
 
 
 def start(n: int = 2, **options) -> Cluster:
     """Start a local cluster of ``n`` engines with a ready process group, and make it current."""
     global _current
+    cfg = config.ClusterConfig(n=n, **options)  # bad options fail before anything else
     if _current is not None:
         raise UsageError("a cluster is already running: stop it first with %nbdist stop")
-    cluster = Cluster(config.ClusterConfig(n=n, **options))
+    cluster = Cluster(cfg)
     try:
         cluster._start()
     except BaseException:
         cluster.stop()
         raise
+    _current = cluster
+    return cluster
+
+
+def adopt(cluster: Cluster) -> Cluster:
+    """Make ``cluster`` (one built around running engines, by ``attach``) the current cluster."""
+    global _current
+    if _current is not None:
+        raise UsageError("a cluster is already running: stop it first with %nbdist stop")
     _current = cluster
     return cluster
 

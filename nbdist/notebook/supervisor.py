@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ..config import CellOptions
 from ..errors import DistributedCellError, RankFailure, UsageError
 from ..worker import runner
+from .transfer import unpack
 
 _POLL = 0.02  # seconds between looks at the ranks: output latency, not CPU, is what it costs
 _OUTPUT_WAIT = 2.0  # seconds to wait for a finished rank's last output to arrive
@@ -213,18 +214,18 @@ class CellRun:
     def _summarise(self, report: CellReport, timed_out: bool) -> None:
         for rk in self.ranks.values():
             out = rk.outcome
-            if not out.get("group_formed", False) and len(self.ranks) == len(
-                self.cluster.slots
-            ):
+            if not out.get("group_formed", False) and len(self.ranks) == len(self.cluster.slots):
                 report.group_broken = True
             if out["ok"]:
                 if rk.rank == self.main_rank:
-                    report.value = out.get("value")
+                    report.value = unpack(out.get("value"))
                 continue
             kind = out["kind"]
             if timed_out and kind == "interrupted":
                 kind = "timeout"
-                out = dict(out, summary=f"stopped: the cell ran past --timeout {self.opts.timeout:g} s")
+                out = dict(
+                    out, summary=f"stopped: the cell ran past --timeout {self.opts.timeout:g} s"
+                )
             if kind in ("died", "hung"):
                 report.lost.append(rk.rank)
             report.failures.append(

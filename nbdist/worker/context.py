@@ -28,7 +28,7 @@ class RankInfo:
     attempt: int = 0  # times the process group has been formed; names its store namespace
 
     def environ(self) -> dict[str, str]:
-        """The variables torchrun sets for a worker, plus the agent-store switch (see rendezvous)."""
+        """The variables torchrun sets for a worker, plus the agent-store switch."""
         return {
             "RANK": str(self.rank),
             "WORLD_SIZE": str(self.world_size),

@@ -15,44 +15,55 @@ import time
 import traceback
 from typing import Any
 
-from . import rendezvous
+from . import rendezvous, reporter
 from .setup import _namespace
 
 #: Values larger than this (pickled) come back to the notebook as their repr only.
 _MAX_VALUE_BYTES = 64 * 1024 * 1024
 
 
-class ValueRepr:
-    """Stands in for a last-expression value that cannot travel (unpicklable or huge)."""
+def portable(value: Any) -> dict:
+    """``value`` packed to travel to the notebook: pickled here, where it is sure to work.
 
-    def __init__(self, text: str):
-        self.text = text
+    Unpickling happens in the notebook's main thread (see ``unpack``), never in ipyparallel's IO
+    thread, where an object that cannot be rebuilt (a DDP model needs a process group) would
+    break the client. A DDP- or FSDP-wrapped model travels as its inner module.
+    """
+    import pickle
 
-    def __repr__(self) -> str:
-        return self.text
+    value = getattr(value, "module", value) if _is_wrapper(value) else value
+    text = _safe_repr(value)
+    try:
+        try:
+            import cloudpickle
+
+            data = cloudpickle.dumps(value)
+        except ImportError:
+            data = pickle.dumps(value)
+    except Exception:
+        return {"repr": text}
+    if len(data) > _MAX_VALUE_BYTES:
+        return {"repr": text}
+    return {"pickle": data, "repr": text}
+
+
+def _is_wrapper(value: Any) -> bool:
+    return type(value).__name__ in ("DistributedDataParallel", "FullyShardedDataParallel")
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception as e:
+        return f"<{type(value).__name__} (repr failed: {e})>"
 
 
 def _transform(source: str) -> str:
+    """IPython syntax (``%magics``, ``!shell``) to plain Python, as the engine's shell does it."""
     from IPython import get_ipython
 
     shell = get_ipython()
     return shell.transform_cell(source) if shell is not None else source
-
-
-def _portable(value: Any) -> Any:
-    """The value itself when it can travel to the notebook, else its repr."""
-    import pickle
-
-    try:
-        import cloudpickle
-
-        size = len(cloudpickle.dumps(value))
-    except Exception:
-        try:
-            size = len(pickle.dumps(value))
-        except Exception:
-            return ValueRepr(repr(value))
-    return value if size <= _MAX_VALUE_BYTES else ValueRepr(repr(value))
 
 
 def _failure(exc: BaseException, filename: str) -> dict:
@@ -86,6 +97,7 @@ def run_cell(
     on every rank at once, before the cell's own code runs.
     """
     try:
+        reporter.begin_cell()  # ties nbdist.report()'s batches to this request; starts health
         if group is not None:
             rendezvous.form(group, group_timeout)
         code = _transform(source)
@@ -97,11 +109,12 @@ def run_cell(
         value = None
         if last is not None:
             value = eval(compile(ast.Expression(last.value), filename, "eval"), ns)
-        out = {"ok": True, "value": _portable(value) if want_value and value is not None else None}
+        out = {"ok": True, "value": portable(value) if want_value and value is not None else None}
     except BaseException as exc:  # noqa: B036 - KeyboardInterrupt is a cell outcome too
         rendezvous.abort()
         out = _failure(exc, filename)
     finally:
+        reporter.end_cell()  # the last records go out before the reply
         sys.stdout.flush()
         sys.stderr.flush()
     out["group_formed"] = rendezvous.is_formed()
