@@ -49,7 +49,7 @@ def _preload() -> None:
     import nbdist.worker.setup  # noqa: F401
 
 
-def _engine(profile_dir: str, cluster_id: str, log_dir: str, parent: int) -> None:
+def _engine(profile_dir: str, cluster_id: str, log_dir: str) -> None:
     """The child: become an ipyparallel engine in a session of its own. Never returns."""
     code = 1
     try:
@@ -64,7 +64,6 @@ def _engine(profile_dir: str, cluster_id: str, log_dir: str, parent: int) -> Non
         os.dup2(devnull, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        os.environ["NBDIST_PARENT_PID"] = str(parent)
         from ipyparallel.engine.app import IPEngine
 
         IPEngine.launch_instance(
@@ -97,7 +96,7 @@ def main() -> None:
             with _write_lock:  # no thread may hold this lock in the child
                 pid = os.fork()
             if pid == 0:
-                _engine(profile_dir, cluster_id, log_dir, os.getppid())
+                _engine(profile_dir, cluster_id, log_dir)
             has_children.set()
             _say(f"pid {pid}")
         elif cmd == "exit":

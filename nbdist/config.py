@@ -41,6 +41,8 @@ class ClusterConfig:
     """Intra-op threads per engine; default: this machine's CPUs divided among the engines."""
     heartbeat_ms: int = 200
     """Controller heartbeat period. ipyparallel's 3 s default makes start-up take ~6 s."""
+    heartbeat_misses: int = 25
+    """Missed heartbeats before an engine counts as lost (25 x 200 ms: a host gone for 5 s)."""
     start_timeout: float = 60.0
     """Seconds to wait for all engines to register."""
     ip: str = "127.0.0.1"
@@ -49,6 +51,10 @@ class ClusterConfig:
     """torch.distributed backend; default: nccl when every rank has a GPU, gloo otherwise."""
     group_timeout: float = 300.0
     """Timeout of one collective, in seconds. Failures are caught long before (see README)."""
+    allow_mixed: bool = False
+    """Allow ranks without a GPU beside ranks with one (gloo on CPU everywhere, with a warning)."""
+    remote: RemoteConfig | None = None
+    """Engines on other hosts or through a scheduler (see RemoteConfig); None: this machine."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
@@ -78,11 +84,21 @@ class CellOptions:
     """After one rank fails, seconds the others get to finish before they are interrupted."""
     stop_wait: float = 10.0
     """Seconds an interrupted rank gets to stop before its engine is replaced."""
+    restarts: int = 0
+    """Times a lost worker (dead, hung, host gone) is replaced and the cell resumed."""
+    min_workers: int | None = None
+    """With restarts: if a lost worker cannot be replaced, go on with at least this many ranks."""
+    quiet: bool = False
+    """Show no output (used when earlier cells are replayed on fresh engines)."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:
             raise UsageError(f"--timeout must be a positive number of seconds, not {self.timeout}")
+        if self.restarts < 0:
+            raise UsageError(f"--restarts must be a whole number >= 0, not {self.restarts}")
+        if self.min_workers is not None and self.min_workers < 1:
+            raise UsageError(f"--min-workers must be >= 1, not {self.min_workers}")
 
 
 @dataclass(frozen=True)
@@ -107,3 +123,83 @@ class TelemetryConfig:
             raise UsageError("telemetry intervals must be positive numbers of seconds")
         if self.silent_after <= 0 or self.slow_factor <= 1:
             raise UsageError("silent_after must be > 0 and slow_factor > 1")
+
+
+_LAUNCHERS = ("ssh", "slurm", "mpi", "local")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One machine that runs engines, reached over SSH (an alias from ~/.ssh/config works)."""
+
+    name: str
+    """Host name or address, as ssh takes it."""
+    engines: int = 1
+    """Engines (ranks) on this host."""
+    user: str | None = None
+    """SSH user; default: ssh's (your ~/.ssh/config, else your local user name)."""
+    port: int | None = None
+    """SSH port; default: ssh's."""
+    python: str = "python3"
+    """The Python on that host that has nbdist, torch and ipyparallel installed."""
+    ssh_options: tuple[str, ...] = ()
+    """Extra ssh arguments, e.g. ("-i", "~/.ssh/id_gpu")."""
+    interface: str | None = None
+    """Network interface the ranks talk over (e.g. "ib0"); default: the one facing the notebook."""
+    address: str | None = None
+    """This host's address as the other hosts reach it; default: that of ``interface``."""
+    environment: dict = field(default_factory=dict)
+    """Extra environment variables for its engines (e.g. CUDA_VISIBLE_DEVICES, NCCL_DEBUG)."""
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c.isspace() or c in "@/,'\"" for c in self.name):
+            raise UsageError(f"{self.name!r} is not a host name: write hosts as user@host:engines")
+        if not isinstance(self.engines, int) or isinstance(self.engines, bool) or self.engines < 1:
+            raise UsageError(f"host {self.name}: engines must be a whole number >= 1")
+        if self.port is not None and not 0 < self.port < 65536:
+            raise UsageError(f"host {self.name}: port must be between 1 and 65535, not {self.port}")
+        if not self.python:
+            raise UsageError(f"host {self.name}: name the Python to run there (python = ...)")
+
+    @property
+    def location(self) -> str:
+        """``user@name`` (or ``name``), as ssh takes it."""
+        return f"{self.user}@{self.name}" if self.user else self.name
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """Engines started by one of ipyparallel's launchers: over SSH, or through a scheduler."""
+
+    launcher: str = "ssh"
+    """ssh (hosts named here), slurm, mpi, or local (ipyparallel's own local launcher)."""
+    hosts: tuple[HostSpec, ...] = ()
+    """The SSH hosts (ssh launcher only)."""
+    launcher_options: dict = field(default_factory=dict)
+    """Options of ipyparallel's engine launcher, e.g. {"account": "ml"} for slurm."""
+    ip: str | None = None
+    """Controller address; default: the address the hosts reach this machine by. "*": every
+    interface (only when asked: the controller is then reachable from anywhere)."""
+    connect_timeout: float = 10.0
+    """Seconds ssh gets to reach a host: a host that does not answer fails within this."""
+    env_check: str = "refuse"
+    """When hosts differ in Python, torch, nbdist or CUDA: "refuse" to start, or "warn"."""
+    remote_dir: str = ".cache/nbdist"
+    """Directory on the hosts (relative to the home directory) for a cluster's engine logs;
+    each cluster's own folder there is removed when it stops."""
+
+    def __post_init__(self) -> None:
+        if self.launcher not in _LAUNCHERS:
+            raise UsageError(
+                f"--launcher must be one of {', '.join(_LAUNCHERS)}, not {self.launcher!r}"
+            )
+        if self.launcher == "ssh" and not self.hosts:
+            raise UsageError("the ssh launcher needs hosts: --hosts user@gpu1:4,user@gpu2:4")
+        if self.launcher != "ssh" and self.hosts:
+            raise UsageError(f"hosts are for the ssh launcher; {self.launcher} finds its own")
+        if self.env_check not in ("refuse", "warn"):
+            raise UsageError(f"env_check must be 'refuse' or 'warn', not {self.env_check!r}")
+        if not self.connect_timeout > 0:
+            raise UsageError("connect_timeout must be a positive number of seconds")
+        if not self.remote_dir or ".." in self.remote_dir.split("/"):
+            raise UsageError(f"remote_dir {self.remote_dir!r}: name a directory without '..'")

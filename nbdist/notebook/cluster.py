@@ -140,7 +140,10 @@ class EngineCluster:
             profile_dir=str(profile),
             cluster_id=self.cluster_id,
             controller_ip=cfg.ip,
-            controller_args=[f"--HeartMonitor.period={cfg.heartbeat_ms}"],
+            controller_args=[
+                f"--HeartMonitor.period={cfg.heartbeat_ms}",
+                f"--HeartMonitor.max_heartmonitor_misses={cfg.heartbeat_misses}",
+            ],
             shutdown_atexit=True,
             log_level=40,
         )

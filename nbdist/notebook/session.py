@@ -8,13 +8,15 @@ engine is replaced (same rank, fresh engine) and the group is re-formed before t
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import itertools
 import time
+import uuid
 
 from .. import config
-from ..errors import NbdistError, UsageError
+from ..errors import DistributedCellError, NbdistError, UsageError
 from ..worker import rendezvous, setup
-from . import placement
+from . import placement, recovery
 from .cluster import EngineCluster, EngineExit
 from .supervisor import CellReport, CellRun, check_syntax
 from .transfer import EngineValue, unpack
@@ -44,7 +46,8 @@ class Cluster:
         self.ready_seconds = 0.0
         self.inventory: dict[int, dict] = {}
         self._exits: list[EngineExit] = []
-        self.journal: list[str] = []  # every cell that ran on all ranks, in order
+        # every cell that succeeded, with its ranks (None: all), replayed on fresh engines
+        self.journal: list[tuple[str, tuple[int, ...] | None, str]] = []
 
     # -- life -------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -144,6 +147,15 @@ class Cluster:
             self.inventory[eid] = inv[eid]
         self._form_group()
 
+    def shrink(self, lost: list[int]) -> None:
+        """Go on without the lost ranks: renumber the survivors 0..k-1 and re-form the group."""
+        pids = [self.slots[r].pid for r in lost]
+        self.engines.signal(pids, sig=9)
+        self.engines.engine_pids.difference_update(pids)
+        keep = {s.engine_id: self.inventory[s.engine_id] for s in self.slots if s.rank not in lost}
+        self.slots, self.backend = placement.place(keep, self.backend)
+        self._form_group()
+
     # -- cells ------------------------------------------------------------------------------
     def run(
         self,
@@ -167,20 +179,90 @@ class Cluster:
                     f"--ranks must name ranks between 0 and {n - 1}, not {list(opts.ranks)}"
                 )
         full = opts.ranks is None or sorted(set(opts.ranks)) == list(range(n))
+        if opts.restarts and not full:
+            raise UsageError("--restarts needs every rank: drop --ranks")
+        filename = f"<distributed-cell-{next(_cell_numbers)}>"
+        run_key = f"{self.engines.cluster_id}-{uuid.uuid4().hex[:8]}"
+        state = recovery.RunState(
+            restarts_left=opts.restarts, world_size=n, min_workers=opts.min_workers or n
+        )
+        while True:
+            run, report = self._run_once(source, opts, filename, run_key, observers, full)
+            failure = recovery.classify(report.interrupted, [f.kind for f in report.failures])
+            lost = sorted(set(report.lost))
+            decision, state = recovery.decide(
+                dataclasses.replace(state, lost=len(lost), world_size=len(self.slots)), failure
+            )
+            if decision is recovery.Decision.RESTART:
+                try:
+                    self._notify(observers, "failure", report)
+                    self.replace(lost)
+                except NbdistError as exc:
+                    decision, state = recovery.decide(
+                        dataclasses.replace(state, replaceable=False), failure
+                    )
+                    if decision is recovery.Decision.RAISE:
+                        run.raise_for(report, f"nbdist: no replacement engine: {exc}")
+            if decision is recovery.Decision.SHRINK:
+                self.shrink(lost)
+            if decision in (recovery.Decision.RESTART, recovery.Decision.SHRINK):
+                self._replay()
+                self._notify(observers, "restart", report, restarts=state.restarts_done)
+                continue
+            break
+        note = self._recover(report, full)
+        if state.restarts_done and not report.failures:
+            note = f"nbdist: recovered {state.restarts_done} time(s)"
+        if full and not report.failures and not report.interrupted:
+            self.group_ready = not report.group_broken  # the cell may have destroyed it
+            self.journal.append((source, opts.ranks, run_key))
+        elif not full and not report.failures:
+            self.journal.append((source, opts.ranks, run_key))
+        if report.failures and failure is recovery.Failure.WORKER_LOST and opts.restarts:
+            note = (
+                note + "\n" if note else ""
+            ) + f"nbdist: gave up after {opts.restarts} restart(s)"
+        run.raise_for(report, note)
+        if note and state.restarts_done:
+            print(note)
+        return report.value
+
+    def _run_once(self, source, opts, filename, run_key, observers, full):
         groups = {}
         if full and not self.group_ready:  # re-form the group inside this cell, on every rank
             self.attempt += 1
             groups = self.rank_infos()
-        filename = f"<distributed-cell-{next(_cell_numbers)}>"
-        run = CellRun(self, source, opts, filename, groups)
+        run = CellRun(self, source, opts, filename, groups, run_key)
         run.observers.extend(observers or [])
-        report = run.wait()
-        note = self._recover(report, full)
-        if full and not report.failures and not report.interrupted:
-            self.group_ready = not report.group_broken  # the cell may have destroyed it
-            self.journal.append(source)
-        run.raise_for(report, note)
-        return report.value
+        return run, run.wait()
+
+    def _notify(self, observers, kind: str, report: CellReport, **data) -> None:
+        """Tell observers that know about events (the dashboard) what recovery is doing."""
+        for obs in observers or []:
+            event = getattr(obs, "event", None)
+            if event is None:
+                continue
+            if kind == "failure":
+                for f in report.failures:
+                    if not f.bystander:
+                        event("failure", rank=f.rank, message=f.summary, kind=f.kind)
+            else:
+                event(kind, message=f"restart {data.get('restarts')}: resuming", **data)
+
+    def _replay(self) -> None:
+        """Run the journal of earlier cells again, on every rank, so fresh engines have their
+        names: the cell being recovered then resumes from its checkpoint via nbdist.restore()."""
+        for i, (source, ranks, run_key) in enumerate(self.journal):
+            opts = config.CellOptions(ranks=ranks, quiet=True)
+            # with its own run key, a training cell resumes from its own last checkpoint
+            _, report = self._run_once(source, opts, f"<replay-{i}>", run_key, None, ranks is None)
+            if report.failures or report.interrupted:
+                err = DistributedCellError(report.failures or [], "") if report.failures else None
+                raise NbdistError(
+                    f"recovery failed while replaying earlier cell #{i + 1}: {err or 'interrupted'}"
+                )
+            if ranks is None:
+                self.group_ready = not report.group_broken
 
     def _recover(self, report: CellReport, full: bool) -> str:
         """Make the cluster whole again after a failed cell; say what was done."""

@@ -61,7 +61,15 @@ def check_syntax(source: str, transform: Callable[[str], str]) -> None:
 class CellRun:
     """One cell on a set of ranks, from sending to the last output line."""
 
-    def __init__(self, cluster, source: str, opts: CellOptions, filename: str, groups: dict):
+    def __init__(
+        self,
+        cluster,
+        source: str,
+        opts: CellOptions,
+        filename: str,
+        groups: dict,
+        run_key: str = "default",
+    ):
         self.cluster = cluster
         self.opts = opts
         self.observers: list[Callable[[dict], None]] = []
@@ -78,12 +86,13 @@ class CellRun:
                 groups.get(r),
                 r == self.main_rank,
                 cluster.cfg.group_timeout,
+                run_key,
             )
             self.ranks[r] = _Rank(r, slot.engine_id, slot.pid, ar)
 
     # -- output ---------------------------------------------------------------------------
     def _visible(self, r: int) -> bool:
-        return self.opts.all_output or r == self.main_rank
+        return not self.opts.quiet and (self.opts.all_output or r == self.main_rank)
 
     def _stream(self, rk: _Rank, final: bool = False) -> None:
         md = rk.ar.metadata  # filled in by the client as iopub messages arrive

@@ -15,7 +15,7 @@ import time
 import traceback
 from typing import Any
 
-from . import rendezvous, reporter
+from . import checkpoint, rendezvous, reporter
 from .setup import _namespace
 
 #: Values larger than this (pickled) come back to the notebook as their repr only.
@@ -89,13 +89,19 @@ def _failure(exc: BaseException, filename: str) -> dict:
 
 
 def run_cell(
-    source: str, filename: str, group: dict | None, want_value: bool, group_timeout: float
+    source: str,
+    filename: str,
+    group: dict | None,
+    want_value: bool,
+    group_timeout: float,
+    run_key: str = "default",
 ) -> dict:
     """Run ``source`` here; return ``{"ok": True, "value": ...}`` or a failure description.
 
     ``group``, when given, is this rank's new RankInfo: the process group is (re-)formed first,
     on every rank at once, before the cell's own code runs.
     """
+    checkpoint.set_run(run_key)
     try:
         reporter.begin_cell()  # ties nbdist.report()'s batches to this request; starts health
         if group is not None:

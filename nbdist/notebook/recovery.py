@@ -1,0 +1,89 @@
+"""What to do when a ``%%distributed`` cell fails: a pure decision, then the recovery procedure.
+
+The decision is a function of the run's counters and the failure, and nothing else, so it is
+tested on its own (``tests/test_recovery_policy.py``)::
+
+    decide(state, failure) -> (decision, new state)
+
+    failure          restarts left   replaceable   >= min workers   decision
+    none             -               -             -                FINISH
+    interrupted      -               -             -                RAISE     (the person asked)
+    app error        -               -             -                RAISE     (it would fail again)
+    worker lost      0               -             -                RAISE     (budget spent)
+    worker lost      > 0             yes           -                RESTART   (same size)
+    worker lost      > 0             no            yes              SHRINK    (fewer ranks)
+    worker lost      > 0             no            no               RAISE
+
+A worker is lost when its engine died, hung past the progress deadline, or had to be killed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+
+class Failure(enum.Enum):
+    NONE = "none"
+    INTERRUPTED = "interrupted"
+    APP_ERROR = "app error"
+    WORKER_LOST = "worker lost"
+
+
+class Decision(enum.Enum):
+    FINISH = "finish"
+    RAISE = "raise"
+    RESTART = "restart"
+    SHRINK = "shrink"
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The counters the policy reads: budget, size, and whether lost workers can be replaced."""
+
+    restarts_left: int
+    world_size: int
+    min_workers: int
+    lost: int = 0  # workers lost in this failure
+    replaceable: bool = True
+    restarts_done: int = 0
+
+
+def classify(interrupted: bool, failure_kinds: list[str]) -> Failure:
+    """The failure of a cell from its ranks' failure kinds (see ``supervisor``)."""
+    if interrupted:
+        return Failure.INTERRUPTED
+    if any(k in ("died", "hung", "silent") for k in failure_kinds):
+        return Failure.WORKER_LOST
+    if failure_kinds and all(k == "timeout" for k in failure_kinds):
+        return Failure.APP_ERROR  # --timeout is the person's own deadline: do not retry
+    if failure_kinds:
+        return Failure.APP_ERROR
+    return Failure.NONE
+
+
+def decide(state: RunState, failure: Failure) -> tuple[Decision, RunState]:
+    """The policy: what to do about ``failure``, and the counters afterwards."""
+    if failure is Failure.NONE:
+        return Decision.FINISH, state
+    if failure is not Failure.WORKER_LOST or state.restarts_left <= 0:
+        return Decision.RAISE, state
+    spent = replace(
+        state, restarts_left=state.restarts_left - 1, restarts_done=state.restarts_done + 1
+    )
+    if state.replaceable:
+        return Decision.RESTART, spent
+    if state.world_size - state.lost >= max(1, state.min_workers):
+        return Decision.SHRINK, replace(spent, world_size=state.world_size - state.lost)
+    return Decision.RAISE, state
+
+
+#: The allowed transitions of a run's lifecycle; ``tests/test_recovery_policy.py`` checks them.
+TRANSITIONS: dict[str, set[str]] = {
+    "starting": {"running", "failed"},
+    "running": {"finished", "failed", "recovering", "interrupted"},
+    "recovering": {"running", "failed"},
+    "finished": set(),
+    "failed": set(),
+    "interrupted": set(),
+}
