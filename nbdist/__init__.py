@@ -10,7 +10,8 @@ In the notebook::
     ...
 
 On the engines, inside ``%%distributed`` cells: ``rank()``, ``world_size()``, ``local_rank()``,
-``is_main()``, ``device()``, ``prepare()``. In the notebook: ``start()``, ``current()``, ``pull()``.
+``is_main()``, ``device()``, ``prepare()``, ``train_step()``. In the notebook: ``start()``,
+``current()``, ``pull()``.
 
 Importing nbdist is cheap: each name loads its module on first use.
 """
@@ -27,6 +28,11 @@ _PUBLIC = {
     "current": "nbdist.notebook.session",
     "Cluster": "nbdist.notebook.session",
     "pull": "nbdist.notebook.api",
+    "scatter": "nbdist.notebook.data",
+    "gather": "nbdist.notebook.data",
+    "attach": "nbdist.notebook.attach",
+    "runs": "nbdist.notebook.runs",
+    "compare": "nbdist.notebook.runs",
     # engine side
     "rank": "nbdist.worker.context",
     "world_size": "nbdist.worker.context",
@@ -34,6 +40,12 @@ _PUBLIC = {
     "is_main": "nbdist.worker.context",
     "device": "nbdist.worker.context",
     "prepare": "nbdist.worker.training",
+    "loader": "nbdist.worker.shards",
+    "train_step": "nbdist.worker.training",
+    "report": "nbdist.worker.reporter",
+    "checkpoint": "nbdist.worker.checkpoint",
+    "restore": "nbdist.worker.checkpoint",
+    "restored": "nbdist.worker.checkpoint",
     # both
     "UsageError": "nbdist.errors",
     "DistributedCellError": "nbdist.errors",
@@ -57,3 +69,21 @@ def load_ipython_extension(ipython) -> None:
     from .notebook.magics import NbdistMagics
 
     ipython.register_magics(NbdistMagics)
+
+
+# -- Jupyter extension hooks: the sidebar's endpoints and its prebuilt lab extension ----------
+
+
+def _jupyter_server_extension_points() -> list[dict]:
+    return [{"module": "nbdist"}]
+
+
+def _load_jupyter_server_extension(serverapp) -> None:
+    """Serve the sidebar's endpoints under ``/nbdist/api/`` (see ``nbdist.server.handlers``)."""
+    from .server.handlers import setup_routes
+
+    setup_routes(serverapp.web_app)
+
+
+def _jupyter_labextension_paths() -> list[dict]:
+    return [{"src": "labextension", "dest": "nbdist"}]

@@ -70,6 +70,9 @@ def _distributed_parser() -> _Parser:
     p.add_argument("--timeout", type=float, default=None, help="stop the cell after SECONDS")
     p.add_argument("--ranks", type=_ranks, default=None, help="run on these ranks only: 0,2")
     p.add_argument("--all-output", action="store_true", help="show every rank's output")
+    # recovery (see nbdist.notebook.recovery)
+    p.add_argument("--restarts", type=int, default=0, help="replace lost workers up to R times")
+    p.add_argument("--min-workers", type=int, default=None, help="shrink to no fewer than M")
     # telemetry (see nbdist.notebook.runs)
     p.add_argument("--no-dashboard", action="store_true", help="no live dashboard widget")
     p.add_argument("--total", type=_positive, default=None, help="steps in all, for the ETA")
@@ -163,6 +166,7 @@ class NbdistMagics(Magics):
         telemetry = {"dashboard": not args.no_dashboard, "total": args.total,
                      "tensorboard": args.tensorboard, "stop_on_nan": args.stop_on_nan}
         opts = CellOptions(timeout=args.timeout, ranks=args.ranks, all_output=args.all_output,
+                           restarts=args.restarts, min_workers=args.min_workers,
                            extra=telemetry)
         from .runs import RunMonitor
 

@@ -1,0 +1,22 @@
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+
+import { nbdistIcon } from './icon';
+import { SidebarPanel } from './panel';
+
+/**
+ * nbdist's sidebar: clusters, live runs and worker health, in the left area.
+ */
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'nbdist:sidebar',
+  description: 'Clusters, live runs and worker health of nbdist.',
+  autoStart: true,
+  activate: (app: JupyterFrontEnd) => {
+    const panel = new SidebarPanel();
+    panel.id = 'nbdist-sidebar';
+    panel.title.icon = nbdistIcon;
+    panel.title.caption = 'nbdist: clusters and runs';
+    app.shell.add(panel, 'left', { rank: 600 });
+  }
+};
+
+export default plugin;

@@ -1,0 +1,191 @@
+/**
+ * The sidebar panel: state, polling, and the actions (start, stop).
+ *
+ * Live data refreshes every second while the panel is visible, every 15 s while it is hidden,
+ * and not at all while the browser tab is hidden. When the server cannot be reached the poll
+ * backs off (up to 30 s) and the panel says so at the top.
+ */
+import { ReactWidget } from '@jupyterlab/ui-components';
+import { Poll } from '@lumino/polling';
+import { Message } from '@lumino/messaging';
+import React from 'react';
+
+import {
+  ICluster,
+  IMetric,
+  IRun,
+  IWorker,
+  listClusters,
+  listRuns,
+  runHealth,
+  runMetrics,
+  startCluster,
+  stopCluster
+} from './api';
+import { ApiError, Unreachable } from './request';
+import { Sidebar } from './views';
+
+const VISIBLE_MS = 1000;
+const HIDDEN_MS = 15000;
+const MAX_BACKOFF_MS = 30000;
+const MAX_POINTS = 400;
+
+/** Everything the views draw. */
+export interface IPanelState {
+  clusters: ICluster[];
+  runs: IRun[];
+  focus: IRun | null; // the live run, or else the latest one
+  curve: { step: number; loss: number }[];
+  workers: IWorker[];
+  loaded: boolean;
+  unreachable: boolean;
+  error: string; // the last action's error, one line
+  busy: boolean;
+  lastOk: number;
+}
+
+export class SidebarPanel extends ReactWidget {
+  constructor() {
+    super();
+    this.addClass('jp-nbdist-Sidebar');
+    this._poll = new Poll({
+      auto: true,
+      factory: () => this._refresh(),
+      frequency: { interval: VISIBLE_MS, backoff: true, max: MAX_BACKOFF_MS },
+      name: 'nbdist:sidebar',
+      standby: 'when-hidden'
+    });
+  }
+
+  dispose(): void {
+    this._poll.dispose();
+    super.dispose();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._setInterval(VISIBLE_MS);
+    void this._poll.refresh();
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._setInterval(HIDDEN_MS);
+  }
+
+  protected render(): JSX.Element {
+    return (
+      <Sidebar
+        state={this._state}
+        onStart={n => void this._start(n)}
+        onStop={id => void this._stop(id)}
+        onRefresh={() => void this._poll.refresh()}
+      />
+    );
+  }
+
+  private _setInterval(interval: number): void {
+    this._poll.frequency = { ...this._poll.frequency, interval };
+  }
+
+  private async _refresh(): Promise<void> {
+    try {
+      const [clusters, runs] = await Promise.all([listClusters(), listRuns(20)]);
+      const runList = runs.runs;
+      const focus = runList.find(r => r.status === 'running') ?? runList[0] ?? null;
+      if (focus?.id !== this._focusId) {
+        this._focusId = focus?.id ?? null;
+        this._sinceId = 0;
+        this._curve = [];
+      }
+      let workers: IWorker[] = [];
+      if (focus) {
+        const [metrics, health] = await Promise.all([
+          runMetrics(focus.id, this._sinceId),
+          runHealth(focus.id)
+        ]);
+        this._addMetrics(metrics.metrics);
+        this._sinceId = metrics.last_id;
+        workers = health.workers;
+      }
+      this._patch({
+        clusters: clusters.clusters,
+        runs: runList,
+        focus,
+        curve: this._curve,
+        workers,
+        loaded: true,
+        unreachable: false,
+        lastOk: Date.now()
+      });
+    } catch (error) {
+      if (error instanceof Unreachable) {
+        this._patch({ unreachable: true });
+      } else {
+        this._patch({ error: errorText(error) });
+      }
+      throw error; // the poll backs off
+    }
+  }
+
+  private _addMetrics(rows: IMetric[]): void {
+    // The curve follows rank 0: every rank sees the same loss after DDP's all-reduce.
+    for (const m of rows) {
+      if (m.rank === 0 && m.step !== null && m.loss !== null && Number.isFinite(m.loss)) {
+        this._curve.push({ step: m.step, loss: m.loss });
+      }
+    }
+    if (this._curve.length > MAX_POINTS) {
+      this._curve = this._curve.slice(-MAX_POINTS);
+    }
+  }
+
+  private async _start(n: number): Promise<void> {
+    await this._act(() => startCluster(n));
+  }
+
+  private async _stop(clusterId: string): Promise<void> {
+    await this._act(() => stopCluster(clusterId));
+  }
+
+  private async _act(action: () => Promise<unknown>): Promise<void> {
+    this._patch({ busy: true, error: '' });
+    try {
+      await action();
+    } catch (error) {
+      this._patch({ error: errorText(error) });
+    } finally {
+      this._patch({ busy: false });
+      void this._poll.refresh();
+    }
+  }
+
+  private _patch(part: Partial<IPanelState>): void {
+    this._state = { ...this._state, ...part };
+    this.update();
+  }
+
+  private _poll: Poll;
+  private _focusId: number | null = null;
+  private _sinceId = 0;
+  private _curve: { step: number; loss: number }[] = [];
+  private _state: IPanelState = {
+    clusters: [],
+    runs: [],
+    focus: null,
+    curve: [],
+    workers: [],
+    loaded: false,
+    unreachable: false,
+    error: '',
+    busy: false,
+    lastOk: 0
+  };
+}
+
+function errorText(error: unknown): string {
+  if (error instanceof ApiError || error instanceof Unreachable) {
+    return error.message;
+  }
+  return String(error);
+}

@@ -1,0 +1,7 @@
+"""Server side: nbdist's Jupyter server extension and the processes it starts.
+
+``handlers`` serves ``/nbdist/api/...`` (clusters, runs, metrics, worker health) to the sidebar in
+``extension/``; ``clusters`` is the server's view of running clusters and its start/stop actions;
+``registry`` holds the records of clusters started from the sidebar; ``host`` is the small
+process that holds such a cluster. Nothing here imports torch: the server stays light.
+"""

@@ -1,0 +1,215 @@
+"""The server's view of the clusters on this machine, and the sidebar's start and stop actions.
+
+Two sources: the records of cluster hosts (clusters started from the sidebar, see ``registry``)
+and ipyparallel's cluster files in nbdist's profile (every nbdist cluster has one, including those
+a notebook kernel started with ``%nbdist start``). Starting a cluster spawns a host process and
+returns at once: the server never imports torch nor waits for engines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from ..errors import trim
+from . import registry
+
+#: Most engines the sidebar starts on this machine at once.
+MAX_ENGINES = 64
+#: How long the sidebar shows a host that failed to start.
+FAILED_SHOWN_FOR = 600.0
+
+_ENGINE_LOG = re.compile(r"engine-(\d+)\.log$")
+
+
+class ClusterError(Exception):
+    """A request the server refuses: ``status`` is the HTTP status, the message says why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def parse_count(value: object) -> int:
+    """The engine count from a request, or a ClusterError that names the problem and the fix."""
+    if isinstance(value, bool) or value is None:
+        n = None
+    elif isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        n = int(value)
+    elif isinstance(value, float) and value.is_integer():
+        n = int(value)
+    else:
+        n = None
+    if n is None or not 1 <= n <= MAX_ENGINES:
+        raise ClusterError(
+            400, f"the number of engines must be a whole number from 1 to {MAX_ENGINES}, "
+            f"not {value!r}"
+        )
+    return n
+
+
+class Clusters:
+    """Lists clusters and starts and stops the ones the sidebar owns (one per server)."""
+
+    def __init__(self) -> None:
+        self._children: dict[int, tuple[subprocess.Popen, Path]] = {}  # hosts we started
+        self._failed: list[dict] = []
+
+    # -- actions ------------------------------------------------------------------------------
+    def start(self, n: int) -> dict:
+        """Spawn a cluster host for ``n`` engines; return its entry (state ``starting``)."""
+        folder = registry.records_dir(create=True)
+        log = folder / f"host-start-{time.time_ns()}.log"
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "nbdist.server.host", "--n", str(n)],
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # the server's Ctrl-C is not for the cluster
+                close_fds=True,
+            )
+        finally:
+            os.close(fd)
+        self._children[proc.pid] = (proc, log)
+        return _entry(cluster_id=None, owner="sidebar", state="starting", pid=proc.pid, n=n,
+                      started=time.time())
+
+    def stop(self, cluster_id: str) -> dict:
+        """Ask the host of ``cluster_id`` to stop its cluster; return at once (``stopping``)."""
+        for rec in registry.live():
+            if rec.get("cluster_id") == cluster_id:
+                try:
+                    os.kill(rec["pid"], signal.SIGTERM)
+                except ProcessLookupError:
+                    break
+                return _entry(cluster_id=cluster_id, owner="sidebar", state="stopping",
+                              pid=rec["pid"], n=rec.get("n"), started=rec.get("started"))
+        if any(c["cluster_id"] == cluster_id for c in self._kernel_clusters(set(), set())):
+            raise ClusterError(
+                409, f"cluster {cluster_id} belongs to a notebook kernel: stop it there with "
+                "%nbdist stop (or shut that kernel down)"
+            )
+        raise ClusterError(404, f"no running cluster {cluster_id!r}: refresh the list")
+
+    # -- listing ------------------------------------------------------------------------------
+    def list(self) -> list[dict]:
+        """Every cluster on this machine: starting, running or stopping, or recently failed."""
+        self._reap()
+        out: list[dict] = []
+        seen_hosts: set[int] = set()
+        for rec in registry.live():
+            seen_hosts.add(rec["pid"])
+            out.append(_entry(
+                cluster_id=rec.get("cluster_id"), owner="sidebar", state=rec.get("state"),
+                pid=rec["pid"], n=rec.get("n"), started=rec.get("started"),
+                backend=rec.get("backend"),
+                engines=[_engine(e.get("pid"), e.get("rank")) for e in rec.get("engines", [])],
+            ))
+        for pid, (proc, _) in self._children.items():
+            if pid not in seen_hosts and proc.poll() is None:  # before its first record
+                out.append(_entry(cluster_id=None, owner="sidebar", state="starting", pid=pid))
+        ids = {c["cluster_id"] for c in out if c["cluster_id"]}
+        out += self._kernel_clusters(ids, seen_hosts)
+        now = time.time()
+        self._failed = [f for f in self._failed if now - f["started"] < FAILED_SHOWN_FOR]
+        return out + self._failed
+
+    def _reap(self) -> None:
+        """Collect hosts that ended; remember why the ones that failed did."""
+        for pid, (proc, log) in list(self._children.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del self._children[pid]
+            text = ""
+            try:
+                text = log.read_text(errors="replace")
+            except OSError:
+                pass
+            if code != 0:
+                self._failed.append(_entry(
+                    cluster_id=None, owner="sidebar", state="failed", pid=pid,
+                    started=time.time(),
+                    error=trim(text.strip(), head=5, tail=10) or f"exit status {code}",
+                ))
+            log.unlink(missing_ok=True)
+            registry.remove(pid)  # a host that died without cleaning up
+
+    def _kernel_clusters(self, known_ids: set[str], host_pids: set[int]) -> list[dict]:
+        """Clusters whose controller runs, from ipyparallel's cluster files in nbdist's profile."""
+        from ..notebook.cluster import profile_dir  # ipyparallel, not torch
+
+        profile = profile_dir()
+        out = []
+        for f in sorted((profile / "security").glob("cluster-*.json")):
+            try:
+                d = json.loads(f.read_text())
+                cid = d["cluster"]["cluster_id"]
+                ctl_pid = (d.get("controller") or {}).get("state", {}).get("pid")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if cid in known_ids or not _running(ctl_pid) or _parent(ctl_pid) in host_pids:
+                continue  # gone, or a host's cluster not ready yet
+            log_dir = profile / "log" / cid
+            pids = sorted(int(m.group(1)) for p in _listdir(log_dir)
+                          if (m := _ENGINE_LOG.match(p.name)))
+            try:
+                started = f.stat().st_mtime
+            except OSError:
+                started = None
+            out.append(_entry(
+                cluster_id=cid, owner="kernel", state="running", pid=ctl_pid, started=started,
+                engines=[_engine(p, None) for p in pids],
+            ))
+        return out
+
+
+def _listdir(path: Path) -> list[Path]:
+    try:
+        return list(path.iterdir())
+    except OSError:
+        return []
+
+
+def _running(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).ppid()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _engine(pid: object, rank: object) -> dict:
+    return {"pid": pid, "rank": rank, "alive": _running(pid)}
+
+
+def _entry(*, cluster_id, owner, state, pid, n=None, started=None, backend=None, engines=None,
+           error=None) -> dict:
+    out = {
+        "cluster_id": cluster_id, "owner": owner, "state": state, "pid": pid,
+        "n": n if n is not None else (len(engines) if engines else None),
+        "started": started, "backend": backend, "engines": engines or [],
+    }
+    if error:
+        out["error"] = error
+    return out

@@ -1,0 +1,185 @@
+"""The cluster host: a small process that holds a local cluster started from the sidebar.
+
+The Jupyter server must neither import torch nor wait for engines, so it starts this process::
+
+    python -m nbdist.server.host --n N
+
+which runs ``nbdist.start(n=N)``, writes its record (see ``registry``), and keeps the cluster
+alive until it gets SIGTERM (the sidebar's stop button) or the process that started it (the
+Jupyter server) goes away; then it stops every engine and the controller, removes its record
+and exits 0. Notebooks use the cluster through ``nbdist.attach()``, which talks to this process
+over a Unix socket beside the record (owner-only, like the record): one JSON line a request.
+
+``{"op": "spawn", "n": N}``: start N more engines; the reply ``{"ids": [...], "pids": [...]}``.
+``{"op": "watch"}``: the host writes ``{"exit": PID, "status": S}`` for each engine that ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import asdict
+
+from . import registry
+
+
+class _Control:
+    """The host's end of the control socket."""
+
+    def __init__(self, cluster, path: str):
+        self.cluster = cluster
+        self.path = path
+        self._lock = threading.Lock()  # one spawn at a time: the ipyparallel client is not shared
+        self._watchers: list[socket.socket] = []
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self._sock.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        self._sock.listen(8)
+        threading.Thread(target=self._accept, name="nbdist-host-accept", daemon=True).start()
+        threading.Thread(target=self._forward_exits, name="nbdist-host-exits", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            line = conn.makefile("r").readline()
+            req = json.loads(line or "{}")
+            op = req.get("op")
+            if op == "watch":
+                with self._lock:
+                    self._watchers.append(conn)
+                return  # kept open; _forward_exits writes to it
+            if op == "spawn":
+                reply = self._spawn(int(req.get("n", 1)))
+            else:
+                reply = {"error": f"unknown request {op!r}"}
+        except Exception as exc:  # a bad request must not take the host down
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        try:
+            conn.sendall((json.dumps(reply) + "\n").encode())
+        finally:
+            conn.close()
+
+    def _spawn(self, n: int) -> dict:
+        with self._lock:
+            engines = self.cluster.engines
+            before = set(engines.engine_pids)
+            ids = engines.add_engines(n, known=set(engines.client.ids))
+            pids = sorted(engines.engine_pids - before)
+        _update_record(engines=[{"pid": p, "rank": None} for p in pids])
+        return {"ids": ids, "pids": pids}
+
+    def _forward_exits(self) -> None:
+        q = self.cluster.engines.exits
+        while True:
+            ex = q.get()
+            line = (json.dumps({"exit": ex.pid, "status": ex.status}) + "\n").encode()
+            with self._lock:
+                for w in list(self._watchers):
+                    try:
+                        w.sendall(line)
+                    except OSError:
+                        self._watchers.remove(w)
+
+    def close(self) -> None:
+        self._sock.close()
+        with self._lock:
+            for w in self._watchers:
+                w.close()
+            self._watchers.clear()
+
+
+_record: dict = {}
+
+
+def _update_record(engines: list[dict] | None = None, **fields) -> None:
+    _record.update(fields)
+    if engines:
+        _record.setdefault("engines", []).extend(engines)
+    registry.write(_record)
+
+
+def _watch_parent(stop: threading.Event, period: float = 0.5) -> None:
+    """Stop when the process that started us (the Jupyter server) is gone."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not stop.is_set():
+            if os.getppid() != parent:
+                stop.set()
+            time.sleep(period)
+
+    threading.Thread(target=watch, name="nbdist-host-parent", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the cluster, hold it until told to stop, then stop it; the exit status says how."""
+    p = argparse.ArgumentParser(prog="python -m nbdist.server.host")
+    p.add_argument("--n", type=int, required=True, help="number of engines")
+    args = p.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    _watch_parent(stop)
+    pid = os.getpid()
+    _update_record(pid=pid, n=args.n, state="starting", started=time.time(), cluster_id=None)
+    control = cluster = None
+    try:
+        from ..notebook import session  # torch comes in here, in this process only
+        from ..notebook.cluster import profile_dir
+
+        t0 = time.perf_counter()
+        cluster = session.start(n=args.n)
+        control = _Control(cluster, str(registry.socket_path(pid)))
+        cfg = cluster.cfg
+        _update_record(
+            state="running",
+            cluster_id=cluster.engines.cluster_id,
+            ready_seconds=round(time.perf_counter() - t0, 3),
+            slots=[asdict(s) for s in cluster.slots],
+            engines=[{"pid": s.pid, "rank": s.rank} for s in cluster.slots],
+            backend=cluster.backend,
+            master_port=cluster.master_port,
+            attempt=cluster.attempt,
+            ip=cfg.ip,
+            threads=cfg.threads,
+            inventory={str(k): v for k, v in cluster.inventory.items()},
+            profile_dir=str(profile_dir()),
+            log_dir=str(cluster.engines.log_dir),
+            socket=str(registry.socket_path(pid)),
+        )
+        print(f"nbdist host {pid}: cluster {cluster.engines.cluster_id} ready", flush=True)
+        while not stop.wait(0.5):
+            pass
+        return 0
+    except Exception as exc:
+        print(f"nbdist host {pid}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if registry.record_path(pid).exists():
+            _update_record(state="stopping")
+        if control is not None:
+            control.close()
+        if cluster is not None:
+            cluster.stop()
+        registry.remove(pid)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

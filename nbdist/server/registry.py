@@ -1,0 +1,113 @@
+"""Records of the clusters that cluster hosts hold, one JSON file each in ``data_dir()/clusters``.
+
+A cluster host (``nbdist.server.host``, started from the sidebar) writes ``host-<pid>.json`` when
+it starts and rewrites it when its cluster is ready; it removes it when it leaves. Records are
+written atomically (never half-written) and readable by their owner alone, in a directory of
+mode 0700 that also holds each host's control socket. The server lists these records and
+``nbdist.attach()`` connects a notebook to the cluster one describes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import psutil
+
+from .. import config
+from ..errors import UsageError
+
+_HOST_MODULE = "nbdist.server.host"
+
+
+def records_dir(create: bool = False) -> Path:
+    """The directory of host records and control sockets (made private when created)."""
+    path = config.data_dir() / "clusters"
+    if create:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)
+    return path
+
+
+def record_path(pid: int) -> Path:
+    """Where the host with this pid keeps its record."""
+    return records_dir() / f"host-{pid}.json"
+
+
+def socket_path(pid: int) -> Path:
+    """Where the host with this pid listens for attached notebooks."""
+    return records_dir() / f"host-{pid}.sock"
+
+
+def write(record: dict) -> None:
+    """Write ``record`` (which names its host's ``pid``) atomically, mode 0600."""
+    folder = records_dir(create=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".record-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:  # mkstemp makes it 0600
+            json.dump(record, f, indent=1)
+        os.replace(tmp, record_path(record["pid"]))
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def remove(pid: int) -> None:
+    """Forget the record and socket of the host with this pid."""
+    record_path(pid).unlink(missing_ok=True)
+    socket_path(pid).unlink(missing_ok=True)
+
+
+def host_alive(pid: int | None) -> bool:
+    """True while ``pid`` is a running cluster host (not a zombie, not a recycled pid)."""
+    if not pid:
+        return False
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE and _HOST_MODULE in " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def read_all() -> list[dict]:
+    """Every record on disk, live or stale, newest first; unreadable files are skipped."""
+    out = []
+    folder = records_dir()
+    if not folder.is_dir():
+        return out
+    for f in folder.glob("host-*.json"):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue  # being replaced this very moment, or not ours
+        if isinstance(rec, dict) and isinstance(rec.get("pid"), int):
+            out.append(rec)
+    out.sort(key=lambda r: r.get("started") or 0, reverse=True)
+    return out
+
+
+def live() -> list[dict]:
+    """Records of hosts that are still running, newest first."""
+    return [r for r in read_all() if host_alive(r["pid"])]
+
+
+def find(cluster_id: str | None = None) -> dict:
+    """The running cluster ``cluster_id`` (default: the newest one), or a one-line UsageError."""
+    ready = [r for r in live() if r.get("state") == "running"]
+    if cluster_id is None:
+        if not ready:
+            raise UsageError(
+                "no cluster to attach to: start one from the nbdist sidebar, or here with "
+                "%nbdist start -n 2"
+            )
+        return ready[0]
+    for r in ready:
+        if r.get("cluster_id") == cluster_id:
+            return r
+    known = ", ".join(r["cluster_id"] for r in ready) or "none"
+    raise UsageError(
+        f"no running cluster {cluster_id!r} (running: {known}); "
+        "%nbdist attach with no id takes the newest"
+    )
