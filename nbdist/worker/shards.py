@@ -1,0 +1,365 @@
+"""Shards on an engine: what ``nbdist.scatter`` sent to this rank, and ``loader`` over it.
+
+A scatter lands in two steps, so that a failed one leaves nothing behind: each rank first holds
+its shard under a private token (``_receive``); only once every rank has its shard does the
+notebook make the name visible on all of them (``_commit``), and otherwise it asks every rank to
+drop the token (``_discard``).
+
+Arrays travel as raw buffers: ipyparallel sends numpy arrays without pickling them, and a torch
+tensor travels as a numpy view of its own memory, rebuilt here by ``torch.from_numpy``. Neither
+side copies, and the engine's array is writable (it lives in the received message's memory).
+
+``loader`` gives every rank the same number of batches per epoch, even when shards differ in
+size: each rank's epoch order is padded cyclically, with its own samples, to the largest shard.
+A DDP step is a collective, so one extra batch on one rank would hang the others at the end of
+the epoch.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from . import context
+from .setup import _namespace
+
+_NUMPY = "numpy"
+_INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """What the notebook sent with a shard: enough for a loader to match every other rank."""
+
+    name: str
+    rank: int
+    world_size: int
+    sizes: tuple[int, ...]  # rows on every rank, repeated (pad) rows included
+    pads: tuple[int, ...]  # repeated rows at the end of each rank's shard
+    total: int  # rows of the notebook's data set
+    seed: int
+    shuffle: bool
+    stratified: bool
+    remainder: str  # drop | pad | uneven
+
+
+_pending: dict[str, tuple[Any, ShardInfo]] = {}  # token -> (value, info), not yet committed
+_infos: dict[str, ShardInfo] = {}  # name -> info of the shard committed under that name
+
+
+# -- the wire: numpy and torch as raw buffers ---------------------------------------------------
+def to_wire(value: Any) -> tuple[np.ndarray, str]:
+    """A numpy array sharing ``value``'s memory, and the tag that rebuilds it (``from_wire``).
+
+    Torch tensors are detached and brought to the CPU (a copy only for GPU or non-contiguous
+    tensors); dtypes numpy lacks (bfloat16, float8) travel as integers of the same width.
+    """
+    if isinstance(value, np.ndarray):
+        return value, _NUMPY
+    import torch
+
+    t = value.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.resolve_conj().resolve_neg().contiguous()
+    name = str(t.dtype).removeprefix("torch.")
+    try:
+        return t.numpy(), "torch:" + name
+    except TypeError:
+        wide = getattr(torch, _INT_OF_SIZE[t.element_size()])
+        return t.view(wide).numpy(), "torch:" + name
+
+
+def from_wire(array: np.ndarray, tag: str) -> Any:
+    """Rebuild what ``to_wire`` sent: the numpy array itself, or a tensor on the same memory."""
+    if not array.flags.writeable:  # small messages arrive as bytes; large ones in writable frames
+        array = array.copy()
+    if tag == _NUMPY:
+        return array
+    import torch
+
+    dtype = getattr(torch, tag.removeprefix("torch:"))
+    t = torch.from_numpy(array)
+    return t if t.dtype == dtype else t.view(dtype)
+
+
+def _pack(value: Any) -> tuple[list[str], list[np.ndarray], bool]:
+    """(tags, arrays, is_tuple) for a value that is an array, a tensor, or a tuple of them."""
+    items = list(value) if isinstance(value, tuple) else [value]
+    wire = [to_wire(v) for v in items]
+    return [t for _, t in wire], [a for a, _ in wire], isinstance(value, tuple)
+
+
+def _unpack(tags: list[str], arrays: tuple, is_tuple: bool) -> Any:
+    items = [from_wire(a, t) for a, t in zip(arrays, tags, strict=True)]
+    return tuple(items) if is_tuple else items[0]
+
+
+def _is_array(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.dtype != object
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor) and value.layout == torch.strided
+
+
+# -- called by the notebook (nbdist.notebook.data) ------------------------------------------------
+def _free_memory() -> tuple[str, int]:
+    """(host, bytes of memory available) on this engine's machine."""
+    import psutil
+
+    return socket.gethostname(), psutil.virtual_memory().available
+
+
+def _receive(token: str, meta: dict, tags: list[str], is_tuple: bool, *arrays: np.ndarray) -> int:
+    """Hold this rank's shard under ``token`` until the notebook commits it; return its bytes."""
+    _pending[token] = (_unpack(tags, arrays, is_tuple), ShardInfo(**meta))
+    return sum(a.nbytes for a in arrays)
+
+
+def _commit(token: str, name: str) -> None:
+    """Make the shard held under ``token`` visible as ``name`` in the user's namespace."""
+    value, info = _pending.pop(token)
+    _namespace()[name] = value
+    _infos[name] = info
+
+
+def _discard(token: str) -> None:
+    """Forget a shard that was never committed (the scatter failed on some rank)."""
+    _pending.pop(token, None)
+
+
+def _describe(name: str) -> dict | None:
+    """What ``gather`` needs to know before it asks for ``name``: None when undefined here."""
+    ns = _namespace()
+    if name not in ns:
+        return None
+    value = ns[name]
+    items = list(value) if isinstance(value, tuple) else [value]
+    ok = bool(items) and all(_is_array(v) for v in items)
+    desc = {"type": type(value).__name__, "ok": ok, "is_tuple": isinstance(value, tuple)}
+    if ok:
+        desc["shapes"] = [tuple(v.shape) for v in items]
+        desc["dtypes"] = [str(v.dtype) for v in items]
+        desc["nbytes"] = sum(v.nbytes if isinstance(v, np.ndarray) else v.numel() * v.element_size()
+                             for v in items)
+    return desc
+
+
+def _export(name: str) -> tuple[list[str], list[np.ndarray], bool]:
+    """``name``'s value as raw buffers for the notebook (``gather``)."""
+    return _pack(_namespace()[name])
+
+
+# -- the sampling plan of one epoch: pure functions -----------------------------------------------
+def batch_count(rows: int, batch_size: int, drop_last: bool) -> int:
+    """Batches in an epoch of ``rows`` samples."""
+    return rows // batch_size if drop_last else math.ceil(rows / batch_size)
+
+
+def epoch_order(size: int, target: int, *, shuffle: bool, seed: int, epoch: int, rank: int):
+    """This rank's sample order for one epoch: its ``size`` rows (shuffled from seed, epoch and
+    rank), repeated cyclically up to ``target`` rows so that every rank has as many."""
+    if shuffle:
+        order = np.random.default_rng((seed, epoch, rank)).permutation(size)
+    else:
+        order = np.arange(size)
+    return np.resize(order, target)
+
+
+def dataset_order(n: int, world: int, rank: int, *, shuffle: bool, seed: int, epoch: int):
+    """``DistributedSampler``'s rule: one permutation of all ``n`` indices, the same on every
+    rank, padded cyclically to a multiple of ``world``; rank r takes every world-th from r."""
+    order = np.random.default_rng((seed, epoch)).permutation(n) if shuffle else np.arange(n)
+    return np.resize(order, math.ceil(n / world) * world)[rank::world]
+
+
+def split_batches(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:
+    """Cut an epoch's order into batches (the last one short, or dropped with ``drop_last``)."""
+    n = batch_count(len(order), batch_size, drop_last)
+    return [order[i * batch_size : (i + 1) * batch_size] for i in range(n)]
+
+
+# -- the loader -----------------------------------------------------------------------------------
+class _Batches:
+    """A torch ``batch_sampler`` whose batches the loader sets before each epoch."""
+
+    def __init__(self, batches: list[np.ndarray]):
+        self.batches = batches
+
+    def __iter__(self):
+        return (b.tolist() for b in self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class ShardLoader:
+    """Batches of this rank's data: the same number on every rank, reshuffled each epoch.
+
+    Each ``iter()`` is one epoch; the epoch number (0, 1, ...) seeds the shuffle, so runs are
+    reproducible. ``set_epoch(e)`` chooses the next epoch, as with ``DistributedSampler``.
+    """
+
+    def __init__(self, order_of, rows: int, batch_size: int, drop_last: bool, fetch=None,
+                 dataloader=None, device=None):
+        self._order_of = order_of  # epoch -> this rank's order (the same length on every rank)
+        self._rows = rows
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self._fetch = fetch  # indices -> batch, for scattered shards
+        self._dataloader = dataloader  # torch DataLoader over a Dataset, batch_sampler _Batches
+        self._device = device  # where the Dataset's batches go (scattered shards: in fetch)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` epoch number ``epoch``."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return batch_count(self._rows, self.batch_size, self.drop_last)
+
+    def __iter__(self):
+        batches = split_batches(self._order_of(self.epoch), self.batch_size, self.drop_last)
+        self.epoch += 1
+        if self._dataloader is None:
+            return (self._fetch(b) for b in batches)
+        self._dataloader.batch_sampler.batches = batches
+        if self._device is None:
+            return iter(self._dataloader)
+        return (_to_device(b, self._device) for b in self._dataloader)
+
+    def __repr__(self) -> str:
+        return f"<nbdist.ShardLoader {len(self)} batches of {self.batch_size}, epoch {self.epoch}>"
+
+
+def _take(value: Any, idx: np.ndarray, device):
+    """Rows ``idx`` of an array or tensor, as a tensor (strings and the like stay numpy)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        out = value.index_select(0, torch.from_numpy(idx).to(value.device))
+    else:
+        rows = np.take(value, idx, axis=0)
+        try:
+            out = torch.from_numpy(rows)
+        except TypeError:
+            return rows
+    return out if device is None else out.to(device, non_blocking=True)
+
+
+def _to_device(batch, device):
+    """A collated batch (tensors, possibly in tuples, lists or dicts) moved to ``device``."""
+    if hasattr(batch, "to"):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def loader(
+    data,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    drop_last: bool = False,
+    seed: int | None = None,
+    device=None,
+    **dataloader_options,
+) -> ShardLoader:
+    """A loader over this rank's data that yields the same number of batches on every rank.
+
+    ``data`` is the name of a variable sent by ``nbdist.scatter`` (batches are tensors, or
+    tuples of them for a tuple), or a torch ``Dataset``, sharded by index each epoch as
+    ``DistributedSampler`` does (``dataloader_options`` such as ``num_workers`` go to its
+    ``DataLoader``). Shorter shards repeat some of their own samples to match the longest;
+    ``drop_last`` drops each epoch's last, short batch. ``seed`` defaults to the scatter's seed
+    (0 for a Dataset); ``device`` moves each batch there.
+    """
+    context.current()  # a clear error in the notebook: loaders run on the engines
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UsageError(f"batch_size must be a whole number >= 1, not {batch_size!r}")
+    for key in ("sampler", "batch_sampler"):
+        if key in dataloader_options:
+            raise UsageError(f"nbdist.loader chooses the {key} itself: leave {key}= out")
+    if isinstance(data, str):
+        if dataloader_options:
+            raise UsageError(
+                f"{sorted(dataloader_options)} apply to a torch Dataset only; a scattered name "
+                "is already in memory"
+            )
+        return _shard_loader(data, batch_size, shuffle, drop_last, seed, device)
+    return _dataset_loader(data, batch_size, shuffle, drop_last, seed, device, dataloader_options)
+
+
+def _check_rows(rows: int, batch_size: int, drop_last: bool, what: str) -> None:
+    if batch_count(rows, batch_size, drop_last) == 0:
+        raise UsageError(
+            f"batch_size {batch_size} is more than the {rows} rows of {what}, so drop_last=True "
+            "leaves no batch: use a smaller batch_size or drop_last=False"
+        )
+
+
+def _shard_loader(name, batch_size, shuffle, drop_last, seed, device) -> ShardLoader:
+    info = _infos.get(name)
+    if info is None:
+        raise UsageError(
+            f"{name!r} was not scattered to this rank: send it from the notebook with "
+            f"nbdist.scatter({name!r}, data), or pass a torch Dataset"
+        )
+    ns = _namespace()
+    if name not in ns:
+        raise UsageError(f"{name!r} is no longer defined on rank {info.rank}: scatter it again")
+    value = ns[name]
+    items = list(value) if isinstance(value, tuple) else [value]
+    mine = info.sizes[info.rank]
+    if not items or not all(_is_array(v) and v.ndim and len(v) == mine for v in items):
+        raise UsageError(
+            f"{name!r} on rank {info.rank} is no longer the {mine}-row shard that was scattered: "
+            "scatter the new value again, or pass it as a torch Dataset"
+        )
+    target = max(info.sizes)
+    _check_rows(target, batch_size, drop_last, f"each rank's shard of {name!r}")
+    seed = info.seed if seed is None else seed
+
+    def order_of(epoch: int) -> np.ndarray:
+        return epoch_order(mine, target, shuffle=shuffle, seed=seed, epoch=epoch, rank=info.rank)
+
+    def fetch(idx: np.ndarray):
+        batch = tuple(_take(v, idx, device) for v in items)
+        return batch if isinstance(value, tuple) else batch[0]
+
+    return ShardLoader(order_of, target, batch_size, drop_last, fetch=fetch)
+
+
+def _dataset_loader(dataset, batch_size, shuffle, drop_last, seed, device, options) -> ShardLoader:
+    import torch.utils.data as tud
+
+    if isinstance(dataset, tud.IterableDataset) or not hasattr(dataset, "__len__") or not hasattr(
+        dataset, "__getitem__"
+    ):
+        raise UsageError(
+            "nbdist.loader needs the name of a scattered variable or a map-style torch Dataset "
+            f"(with __len__ and __getitem__), not {type(dataset).__name__}"
+        )
+    info = context.current()
+    n, world = len(dataset), info.world_size
+    if n < world:
+        raise UsageError(f"the dataset has {n} samples but there are {world} ranks: each rank "
+                         "needs at least one")
+    rows = math.ceil(n / world)
+    _check_rows(rows, batch_size, drop_last, "each rank's part of the dataset")
+    seed = 0 if seed is None else seed
+
+    def order_of(epoch: int) -> np.ndarray:
+        return dataset_order(n, world, info.rank, shuffle=shuffle, seed=seed, epoch=epoch)
+
+    dl = tud.DataLoader(dataset, batch_sampler=_Batches([]), **options)
+    return ShardLoader(order_of, rows, batch_size, drop_last, dataloader=dl, device=device)
