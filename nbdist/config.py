@@ -88,6 +88,9 @@ class CellOptions:
     """Times a lost worker (dead, hung, host gone) is replaced and the cell resumed."""
     min_workers: int | None = None
     """With restarts: if a lost worker cannot be replaced, go on with at least this many ranks."""
+    progress_timeout: float = 300.0
+    """Progress deadline: a rank that reported steps and then made none for this long is hung
+    (a deadlock in a collective); it is killed, and replaced when --restarts allows."""
     quiet: bool = False
     """Show no output (used when earlier cells are replayed on fresh engines)."""
     extra: dict = field(default_factory=dict)

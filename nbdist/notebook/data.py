@@ -18,6 +18,7 @@ The plan of each scattered name stays in the kernel (one integer per row), for `
 
 from __future__ import annotations
 
+import functools
 import keyword
 import socket
 import time
@@ -415,6 +416,10 @@ def scatter(
     )
     _send(cluster, name, tags, arrays, is_tuple, shards, meta)
     _scattered[name] = _Scattered(tuple(s.engine_id for s in cluster.slots), shards)
+    cluster.record(  # recovery sends it again to fresh engines, re-sharded to their number
+        functools.partial(scatter, name, data, shuffle=shuffle, seed=seed, stratify=stratify,
+                          labels=labels, remainder=remainder)
+    )
     how = ", ".join(
         [f"shuffled with seed {seed}" if shuffle else "in order"]
         + (["stratified"] if strat is not None else [])

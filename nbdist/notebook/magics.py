@@ -73,6 +73,8 @@ def _distributed_parser() -> _Parser:
     # recovery (see nbdist.notebook.recovery)
     p.add_argument("--restarts", type=int, default=0, help="replace lost workers up to R times")
     p.add_argument("--min-workers", type=int, default=None, help="shrink to no fewer than M")
+    p.add_argument("--progress-timeout", type=float, default=300.0,
+                   help="seconds without progress before a rank counts as hung")
     # telemetry (see nbdist.notebook.runs)
     p.add_argument("--no-dashboard", action="store_true", help="no live dashboard widget")
     p.add_argument("--total", type=_positive, default=None, help="steps in all, for the ETA")
@@ -167,6 +169,7 @@ class NbdistMagics(Magics):
                      "tensorboard": args.tensorboard, "stop_on_nan": args.stop_on_nan}
         opts = CellOptions(timeout=args.timeout, ranks=args.ranks, all_output=args.all_output,
                            restarts=args.restarts, min_workers=args.min_workers,
+                           progress_timeout=args.progress_timeout,
                            extra=telemetry)
         from .runs import RunMonitor
 

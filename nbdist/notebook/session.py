@@ -8,10 +8,13 @@ engine is replaced (same rank, fresh engine) and the group is re-formed before t
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
+import io
 import itertools
 import time
 import uuid
+from collections.abc import Callable
 
 from .. import config
 from ..errors import DistributedCellError, NbdistError, UsageError
@@ -47,7 +50,9 @@ class Cluster:
         self.inventory: dict[int, dict] = {}
         self._exits: list[EngineExit] = []
         # every cell that succeeded, with its ranks (None: all), replayed on fresh engines
-        self.journal: list[tuple[str, tuple[int, ...] | None, str]] = []
+        # ...and notebook-side calls to redo (scatters), as callables, in the same order
+        self.journal: list[tuple[str, tuple[int, ...] | None, str] | Callable[[], object]] = []
+        self._replaying = False
 
     # -- life -------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -190,16 +195,15 @@ class Cluster:
             run, report = self._run_once(source, opts, filename, run_key, observers, full)
             failure = recovery.classify(report.interrupted, [f.kind for f in report.failures])
             lost = sorted(set(report.lost))
-            decision, state = recovery.decide(
-                dataclasses.replace(state, lost=len(lost), world_size=len(self.slots)), failure
-            )
+            before = dataclasses.replace(state, lost=len(lost), world_size=len(self.slots))
+            decision, state = recovery.decide(before, failure)
             if decision is recovery.Decision.RESTART:
                 try:
                     self._notify(observers, "failure", report)
                     self.replace(lost)
                 except NbdistError as exc:
                     decision, state = recovery.decide(
-                        dataclasses.replace(state, replaceable=False), failure
+                        dataclasses.replace(before, replaceable=False), failure
                     )
                     if decision is recovery.Decision.RAISE:
                         run.raise_for(report, f"nbdist: no replacement engine: {exc}")
@@ -236,6 +240,11 @@ class Cluster:
         run.observers.extend(observers or [])
         return run, run.wait()
 
+    def record(self, redo: Callable[[], object]) -> None:
+        """Remember a notebook-side step (a scatter) that recovery must redo on fresh engines."""
+        if not self._replaying:
+            self.journal.append(redo)
+
     def _notify(self, observers, kind: str, report: CellReport, **data) -> None:
         """Tell observers that know about events (the dashboard) what recovery is doing."""
         for obs in observers or []:
@@ -252,7 +261,19 @@ class Cluster:
     def _replay(self) -> None:
         """Run the journal of earlier cells again, on every rank, so fresh engines have their
         names: the cell being recovered then resumes from its checkpoint via nbdist.restore()."""
-        for i, (source, ranks, run_key) in enumerate(self.journal):
+        self._replaying = True
+        try:
+            self._replay_all()
+        finally:
+            self._replaying = False
+
+    def _replay_all(self) -> None:
+        for i, entry in enumerate(self.journal):
+            if callable(entry):  # a scatter: re-sent, re-sharded for the current world size
+                with contextlib.redirect_stdout(io.StringIO()):
+                    entry()
+                continue
+            source, ranks, run_key = entry
             opts = config.CellOptions(ranks=ranks, quiet=True)
             # with its own run key, a training cell resumes from its own last checkpoint
             _, report = self._run_once(source, opts, f"<replay-{i}>", run_key, None, ranks is None)

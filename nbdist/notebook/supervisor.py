@@ -177,8 +177,28 @@ class CellRun:
                 "at": time.time(),
             }
 
+    def _note_hangs(self) -> None:
+        """Ask the observers (the dashboard's collector) which ranks passed the progress
+        deadline; kill those, so the cell ends and recovery can replace them."""
+        for obs in self.observers:
+            hung = getattr(obs, "hung_ranks", None)
+            for r in hung(self.opts.progress_timeout) if hung else ():
+                rk = self.ranks.get(r)
+                if rk is None or rk.outcome is not None:
+                    continue
+                self.cluster.engines.signal([rk.pid], sig=9)
+                rk.outcome = {
+                    "ok": False,
+                    "kind": "hung",
+                    "summary": f"made no progress for {self.opts.progress_timeout:g} s "
+                    "(the progress deadline); its engine was killed",
+                    "traceback": "",
+                    "at": time.time(),
+                }
+
     def _poll_once(self, report: CellReport) -> None:
         self._note_exits(report)
+        self._note_hangs()
         for rk in self.ranks.values():
             if rk.outcome is None and rk.ar.ready():
                 self._collect(rk)
