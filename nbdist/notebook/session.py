@@ -254,7 +254,7 @@ class Cluster:
             if kind == "failure":
                 for f in report.failures:
                     if not f.bystander:
-                        event("failure", rank=f.rank, message=f.summary, kind=f.kind)
+                        event("failure", rank=f.rank, message=f.summary, cause=f.kind)
             else:
                 event(kind, message=f"restart {data.get('restarts')}: resuming", **data)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from . import context
+from . import context, reporter
 
 _run_key = "default"  # set by the runner for each run of a cell
 _NAME = re.compile(r"^step-(\d{8})\.pt$")
@@ -169,6 +169,7 @@ def checkpoint(
     _atomic_write(folder / f"{name}.pt", data)
     marker = {"step": step, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     _atomic_write(folder / f"{name}.json", json.dumps(marker).encode())
+    reporter.event("checkpoint", f"checkpoint of step {step} written", step=step)
     for old in _complete(folder)[max(2, keep) :]:
         for suffix in (".json", ".pt"):
             (folder / f"step-{old:08d}{suffix}").unlink(missing_ok=True)
@@ -259,6 +260,9 @@ def restore(*, dir: str | os.PathLike | None = None, **state) -> int:
         _set_rng_state(mine["rng"])
         for k, g in gens.items():
             g.set_state(mine["generators"][k])
+    if info.rank == 0:  # the dashboard and the run store show where the run picked up
+        reporter.event("resumed", f"resumed from the checkpoint of step {payload['step']}",
+                       step=payload["step"] + 1)
     return payload["step"] + 1
 
 
