@@ -1,0 +1,187 @@
+"""Recovery time: from the SIGKILL of a worker to the first step completed after recovery.
+
+nbdist (``%%distributed --restarts 1``, checkpoints every K steps) against torchrun's own elastic
+restart (``torchrun --max-restarts 1``, the same loop saving with ``torch.save`` every K steps),
+measured in the same run on the same machine. Also counts the steps computed twice.
+
+    python -m benchmarks.bench_recovery [--steps 60] [--every 10] [--kill-at 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchmarks import Result, table
+
+_LOOP = """
+import os, time, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1))
+{wrap}
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+{load}
+open(PIDS + str(RANK), "w").write(str(os.getpid()))
+for step in range(start, STEPS):
+    x = torch.randn(64, 64)
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True)).backward()
+    opt.step()
+    {save}
+    if RANK == 0:
+        with open(LOG, "a") as f:
+            f.write(f"{{step}} {{time.time()}}\\n")
+    time.sleep(0.02)
+"""
+
+_NBDIST = _LOOP.format(
+    wrap="model = nbdist.prepare(model)",
+    load="start = nbdist.restore(model=model, opt=opt)",
+    save="nbdist.checkpoint(step, every=EVERY, model=model, opt=opt)",
+)
+
+_TORCHRUN = (
+    "import os, torch, torch.distributed as dist\n"
+    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+    "dist.init_process_group('gloo')\n"
+    "RANK = int(os.environ['RANK'])\n"
+    "LOG, PIDS, CKPT = os.environ['B_LOG'], os.environ['B_PIDS'], os.environ['B_CKPT']\n"
+    "STEPS, EVERY = int(os.environ['B_STEPS']), int(os.environ['B_EVERY'])\n"
+    + _LOOP.format(
+        wrap="model = DDP(model)",
+        load=(
+            "start = 0\n"
+            "if os.path.exists(CKPT):\n"
+            "    ck = torch.load(CKPT)\n"
+            "    model.load_state_dict(ck['model']); opt.load_state_dict(ck['opt'])\n"
+            "    start = ck['step'] + 1"
+        ),
+        save=(
+            "if step % EVERY == 0 and RANK == 0:\n"
+            "        torch.save({'model': model.state_dict(), 'opt': opt.state_dict(),"
+            " 'step': step}, CKPT + '.tmp')\n"
+            "        os.replace(CKPT + '.tmp', CKPT)"
+        ),
+    )
+)
+
+
+def _log(path: Path) -> list[tuple[int, float]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        step, t = line.split()
+        rows.append((int(step), float(t)))
+    return rows
+
+
+def _kill_at(log: Path, pidfile: Path, step: int, out: dict, deadline: float = 120) -> None:
+    """Kill rank 1 once rank 0 has logged ``step``; note when."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if len(_log(log)) >= step and pidfile.exists():
+            out["killed_at"] = time.time()
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            return
+        time.sleep(0.005)
+
+
+def _measure(log: Path, killed_at: float) -> tuple[float, int]:
+    rows = _log(log)
+    after = [t for _, t in rows if t > killed_at]
+    steps = [s for s, _ in rows]
+    return (after[0] - killed_at if after else float("nan")), len(steps) - len(set(steps))
+
+
+def nbdist_recovery(tmp: Path, steps: int, every: int, kill_at: int) -> tuple[float, int]:
+    import nbdist
+    from nbdist.config import CellOptions
+
+    log, pids = tmp / "nbdist.log", tmp / "nbdist-pid"
+    with nbdist.start(n=2) as cluster:
+        cluster.run(
+            f"LOG, PIDS, STEPS, EVERY = {str(log)!r}, {str(pids)!r}, {steps}, {every}\n"
+            "RANK = nbdist.rank()"
+        )
+        out: dict = {}
+        t = threading.Thread(target=_kill_at, args=(log, Path(f"{pids}1"), kill_at, out))
+        t.start()
+        cluster.run(_NBDIST, CellOptions(restarts=1))
+        t.join()
+    return _measure(log, out["killed_at"])
+
+
+def torchrun_recovery(tmp: Path, steps: int, every: int, kill_at: int) -> tuple[float, int]:
+    script = tmp / "train.py"
+    script.write_text(_TORCHRUN)
+    log, pids = tmp / "torchrun.log", tmp / "torchrun-pid"
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        B_LOG=str(log),
+        B_PIDS=str(pids),
+        B_CKPT=str(tmp / "torchrun.ckpt"),
+        B_STEPS=str(steps),
+        B_EVERY=str(every),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--monitor-interval",
+        "0.1",
+        str(script),
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out: dict = {}
+    try:
+        _kill_at(log, Path(f"{pids}1"), kill_at, out)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return _measure(log, out["killed_at"])
+
+
+def run(tiny: bool = False, steps: int = 60, every: int = 10, kill_at: int = 25) -> list[Result]:
+    if tiny:
+        steps, every, kill_at = 16, 4, 6
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        ours, redone = nbdist_recovery(tmp, steps, every, kill_at)
+        theirs, their_redone = torchrun_recovery(tmp, steps, every, kill_at)
+    return [
+        Result(
+            "recovery: kill -> first step after (nbdist / torchrun)",
+            ours,
+            theirs,
+            "s",
+            note=f"steps redone: nbdist {redone}, torchrun {their_redone} (K={every})",
+        ),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--every", type=int, default=10)
+    p.add_argument("--kill-at", type=int, default=25)
+    a = p.parse_args(argv)
+    print(table(run(steps=a.steps, every=a.every, kill_at=a.kill_at)))
+
+
+if __name__ == "__main__":
+    main()
