@@ -70,3 +70,25 @@ def test_lifecycle_transitions():
             todo += [n for n in TRANSITIONS[s] if n not in seen]
         assert seen & terminal, state
     assert "recovering" in TRANSITIONS["running"] and "running" in TRANSITIONS["recovering"]
+
+
+def test_lifecycle_follows_the_table_and_tells_observers():
+    from nbdist.notebook.recovery import Lifecycle
+
+    seen = []
+
+    class Watcher:
+        def state(self, old, new):
+            seen.append((old, new))
+
+    life = Lifecycle([Watcher(), object()])
+    for s in ("running", "recovering", "running", "finished"):
+        life.to(s)
+    assert seen == [
+        ("starting", "running"),
+        ("running", "recovering"),
+        ("recovering", "running"),
+        ("running", "finished"),
+    ]
+    with pytest.raises(RuntimeError, match="cannot go from finished to running"):
+        life.to("running")

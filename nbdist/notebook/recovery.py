@@ -79,6 +79,7 @@ def decide(state: RunState, failure: Failure) -> tuple[Decision, RunState]:
 
 
 #: The allowed transitions of a run's lifecycle; ``tests/test_recovery_policy.py`` checks them.
+#: Observers with a ``state(old, new)`` method (the dashboard) are told of every change.
 TRANSITIONS: dict[str, set[str]] = {
     "starting": {"running", "failed"},
     "running": {"finished", "failed", "recovering", "interrupted"},
@@ -87,3 +88,18 @@ TRANSITIONS: dict[str, set[str]] = {
     "failed": set(),
     "interrupted": set(),
 }
+
+
+class Lifecycle:
+    """A run's state, changed only along ``TRANSITIONS``, with observers told of each change."""
+
+    def __init__(self, observers=()):
+        self.state = "starting"
+        self._observers = [o for o in observers if hasattr(o, "state")]
+
+    def to(self, new: str) -> None:
+        if new not in TRANSITIONS[self.state]:
+            raise RuntimeError(f"nbdist bug: a run cannot go from {self.state} to {new}")
+        old, self.state = self.state, new
+        for obs in self._observers:
+            obs.state(old, new)

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from .. import config
 from ..errors import DistributedCellError, NbdistError, UsageError
 from ..worker import rendezvous, setup
-from . import placement, recovery
+from . import hosts, placement, recovery
 from .cluster import EngineCluster, EngineExit
+from .remote import RemoteEngines
 from .supervisor import CellReport, CellRun, check_syntax
 from .transfer import EngineValue, unpack
 
@@ -43,6 +44,7 @@ class Cluster:
         self.engines: EngineCluster | None = None
         self.slots: list[placement.Slot] = []
         self.backend = "gloo"
+        self.master_addr = cfg.ip  # rank 0's host address as the other hosts reach it
         self.master_port = 0
         self.attempt = 0
         self.group_ready = False
@@ -57,10 +59,16 @@ class Cluster:
     # -- life -------------------------------------------------------------------------------
     def _start(self) -> None:
         t0 = time.perf_counter()
-        self.engines = EngineCluster(self.cfg)
+        remote = self.cfg.remote is not None
+        self.engines = RemoteEngines(self.cfg) if remote else EngineCluster(self.cfg)
         client = self.engines.start()
+        self.cfg = self.engines.cfg  # remote engines settle the controller's address and threads
         self.inventory = self._setup(client.ids)
-        self.slots, self.backend = placement.place(self.inventory, self.cfg.backend)
+        if remote:
+            self.engines.check(self.inventory)  # one environment across hosts, or a refusal
+        self.slots, self.backend = placement.place(
+            self.inventory, self.cfg.backend, self.cfg.allow_mixed
+        )
         self._form_group()
         self.ready_seconds = time.perf_counter() - t0
 
@@ -78,8 +86,11 @@ class Cluster:
         """(Re-)form the process group on every rank, under a fresh store prefix."""
         self.attempt += 1
         rank0 = self.slots[0]
+        self.master_addr = (  # remote: rank 0's host address as the others reach it
+            self.engines.address_of(rank0.engine_id) if self.cfg.remote else self.cfg.ip
+        )
         self.master_port = self.client[rank0.engine_id].apply_sync(
-            rendezvous.serve_store, self.cfg.ip
+            rendezvous.serve_store, self.master_addr
         )
         infos = self.rank_infos()
         ars = [
@@ -104,7 +115,7 @@ class Cluster:
                 local_rank=s.local_rank,
                 local_world_size=s.local_world_size,
                 group_rank=s.group_rank,
-                master_addr=self.cfg.ip,
+                master_addr=self.master_addr,
                 master_port=self.master_port,
                 backend=self.backend,
                 device=s.device,
@@ -191,12 +202,16 @@ class Cluster:
         state = recovery.RunState(
             restarts_left=opts.restarts, world_size=n, min_workers=opts.min_workers or n
         )
+        life = recovery.Lifecycle(observers or ())
+        life.to("running")
         while True:
             run, report = self._run_once(source, opts, filename, run_key, observers, full)
             failure = recovery.classify(report.interrupted, [f.kind for f in report.failures])
             lost = sorted(set(report.lost))
             before = dataclasses.replace(state, lost=len(lost), world_size=len(self.slots))
             decision, state = recovery.decide(before, failure)
+            if decision in (recovery.Decision.RESTART, recovery.Decision.SHRINK):
+                life.to("recovering")
             if decision is recovery.Decision.RESTART:
                 try:
                     self._notify(observers, "failure", report)
@@ -212,8 +227,12 @@ class Cluster:
             if decision in (recovery.Decision.RESTART, recovery.Decision.SHRINK):
                 self._replay()
                 self._notify(observers, "restart", report, restarts=state.restarts_done)
+                life.to("running")
                 continue
             break
+        life.to(
+            "interrupted" if report.interrupted else "failed" if report.failures else "finished"
+        )
         note = self._recover(report, full)
         if state.restarts_done and not report.failures:
             note = f"nbdist: recovered {state.restarts_done} time(s)"
@@ -317,7 +336,7 @@ class Cluster:
         return value
 
     def status(self) -> list[dict]:
-        """One row per rank: rank, host, pid, device, state."""
+        """One row per rank: rank, host, pid, device, its GPU (name, memory), state."""
         alive = set(self.client.ids) if self.client else set()
         return [
             {
@@ -326,6 +345,7 @@ class Cluster:
                 "host": s.host,
                 "pid": s.pid,
                 "device": s.device,
+                "gpu": placement.gpu_label(self.inventory.get(s.engine_id, {}), s.device),
                 "state": "ready" if s.engine_id in alive else "lost",
             }
             for s in self.slots
@@ -341,10 +361,13 @@ def _fetch(name: str) -> dict | None:
     return portable(ns[name]) if name in ns else None
 
 
-def start(n: int = 2, **options) -> Cluster:
-    """Start a local cluster of ``n`` engines with a ready process group, and make it current."""
+def start(n: int | None = None, **options) -> Cluster:
+    """Start a cluster of ``n`` engines (default 2) with a ready process group; make it current.
+
+    Engines on other hosts: ``hosts="user@gpu1:4,user@gpu2:4"``, ``cluster_file=...`` or
+    ``launcher="slurm"`` (see ``nbdist.notebook.hosts`` for every option)."""
     global _current
-    cfg = config.ClusterConfig(n=n, **options)  # bad options fail before anything else
+    cfg = hosts.cluster_config(n, **options)  # bad options fail before anything else
     if _current is not None:
         raise UsageError("a cluster is already running: stop it first with %nbdist stop")
     cluster = Cluster(cfg)
