@@ -25,6 +25,11 @@ _OUTPUT_WAIT = 2.0  # seconds to wait for a finished rank's last output to arriv
 _SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # engines' text is text
 
 
+def _lost(kind: str, summary: str) -> dict:
+    """The outcome of a rank whose engine died, hung or had to be killed (no reply from it)."""
+    return {"ok": False, "kind": kind, "summary": summary, "traceback": "", "at": time.time()}
+
+
 @dataclass
 class _Rank:
     rank: int
@@ -132,13 +137,7 @@ class CellRun:
         try:
             rk.outcome = rk.ar.get(0)
         except Exception as exc:  # the engine went away under the call
-            rk.outcome = {
-                "ok": False,
-                "kind": "died",
-                "summary": f"engine lost: {type(exc).__name__}: {exc}",
-                "traceback": "",
-                "at": time.time(),
-            }
+            rk.outcome = _lost("died", f"engine lost: {type(exc).__name__}: {exc}")
 
     def _running(self) -> list[_Rank]:
         return [rk for rk in self.ranks.values() if rk.outcome is None]
@@ -148,13 +147,7 @@ class CellRun:
         for ex in self.cluster.drain_exits():
             rk = by_pid.get(ex.pid)
             if rk is not None and rk.outcome is None:
-                rk.outcome = {
-                    "ok": False,
-                    "kind": "died",
-                    "summary": f"engine process {ex.describe()} (pid {ex.pid})",
-                    "traceback": "",
-                    "at": time.time(),
-                }
+                rk.outcome = _lost("died", f"engine process {ex.describe()} (pid {ex.pid})")
 
     def _stop_running(self, report: CellReport) -> None:
         """Interrupt the ranks still running; kill the ones that will not stop."""
@@ -167,15 +160,16 @@ class CellRun:
             self._poll_once(report)
             time.sleep(_POLL)
         for rk in self._running():
-            self.cluster.engines.signal([rk.pid], sig=9)
-            rk.outcome = {
-                "ok": False,
-                "kind": "hung",
-                "summary": f"did not stop within {self.opts.stop_wait:.0f} s of an interrupt; "
+            self._kill(
+                rk,
+                f"did not stop within {self.opts.stop_wait:.0f} s of an interrupt; "
                 "its engine was killed and replaced",
-                "traceback": "",
-                "at": time.time(),
-            }
+            )
+
+    def _kill(self, rk: _Rank, why: str) -> None:
+        """A hung rank: kill its engine (recovery replaces it) and say why."""
+        self.cluster.engines.signal([rk.pid], sig=9)
+        rk.outcome = _lost("hung", why)
 
     def _note_hangs(self) -> None:
         """Ask the observers (the dashboard's collector) which ranks passed the progress
@@ -186,15 +180,11 @@ class CellRun:
                 rk = self.ranks.get(r)
                 if rk is None or rk.outcome is not None:
                     continue
-                self.cluster.engines.signal([rk.pid], sig=9)
-                rk.outcome = {
-                    "ok": False,
-                    "kind": "hung",
-                    "summary": f"made no progress for {self.opts.progress_timeout:g} s "
+                self._kill(
+                    rk,
+                    f"made no progress for {self.opts.progress_timeout:g} s "
                     "(the progress deadline); its engine was killed",
-                    "traceback": "",
-                    "at": time.time(),
-                }
+                )
 
     def _poll_once(self, report: CellReport) -> None:
         self._note_exits(report)
