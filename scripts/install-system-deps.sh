@@ -5,7 +5,7 @@
 # Needs root, or sudo.
 set -euo pipefail
 
-packages=(chromium fonts-dejavu-core)
+packages=(chromium fonts-dejavu-core openssh-server)  # sshd: the remote-hosts tests
 
 missing=()
 for p in "${packages[@]}"; do

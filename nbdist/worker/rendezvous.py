@@ -52,6 +52,26 @@ def _interface_of(addr: str) -> str | None:
     return None
 
 
+def host_address(peer: str, interface: str | None = None) -> str:
+    """This host's address as others reach it: the IPv4 address of ``interface`` if named,
+    else the address this host's traffic to ``peer`` leaves from (the routing table's answer;
+    no packet is sent). Used for MASTER_ADDR on rank 0's host."""
+    import psutil
+
+    if interface:
+        addrs = psutil.net_if_addrs()
+        for a in addrs.get(interface, []):
+            if a.family == socket.AF_INET:
+                return a.address
+        raise RuntimeError(
+            f"{socket.gethostname()} has no IPv4 address on interface {interface!r}; "
+            f"its interfaces: {', '.join(sorted(addrs))}"
+        )
+    with socket.socket(socket.AF_INET6 if ":" in peer else socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((peer, 9))
+        return s.getsockname()[0]
+
+
 def form(info: dict, timeout: float) -> float:
     """Join the process group described by ``info`` (a RankInfo as dict); return seconds taken.
 
@@ -64,9 +84,9 @@ def form(info: dict, timeout: float) -> float:
     abort()  # whatever group this engine had is over
     context.set_current(ri)
     _formations = 0
-    iface = _interface_of(ri.master_addr)
-    if iface and ri.backend == "gloo":
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+    iface = _interface_of(host_address(ri.master_addr))  # where this host reaches rank 0
+    if iface:  # gloo (NCCL: its bootstrap) listens there, where the other hosts reach this one
+        os.environ.setdefault(f"{ri.backend.upper()}_SOCKET_IFNAME", iface)
     if ri.device.startswith("cuda"):
         torch.cuda.set_device(torch.device(ri.device))
     _init(ri.backend, timedelta(seconds=timeout))

@@ -38,7 +38,9 @@ def setup(threads: int) -> dict:
     from .. import __version__
 
     return {
-        "host": socket.gethostname(),
+        # the host's name as the notebook named it (remote engines), else its own
+        "host": os.environ.get("NBDIST_HOST") or socket.gethostname(),
+        "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"),  # this engine's GPU slice
         "pid": os.getpid(),
         "threads": threads,
         "gpus": gpus,
