@@ -90,6 +90,7 @@ def test_variables_persist_and_rank0_value_is_the_result(nb):
 
 
 def test_pull_brings_a_state_dict_home(nb):
+    nb.ok("%%distributed\nimport torch\nw = torch.full((3,), float(nbdist.rank()))")
     nb.ok("%%distributed\nimport torch\nnet = torch.nn.Linear(3, 2)\nnet = nbdist.prepare(net)")
     nb.ok("%nbdist pull net --rank 1")
     r = nb.ok("print(type(net).__name__, sorted(net.state_dict()))")
@@ -100,6 +101,8 @@ def test_pull_brings_a_state_dict_home(nb):
 
 
 def test_one_rank_fails_while_the_other_waits_in_a_collective(nb):
+    # a DDP model holds the process group: the failing rank must still release its peers
+    nb.ok("%%distributed\nimport torch\nddp = nbdist.prepare(torch.nn.Linear(2, 2))")
     r = nb.run(
         "%%distributed\n"
         "import torch\n"

@@ -110,6 +110,7 @@ def abort() -> None:
     milliseconds ("Connection closed by peer") instead of waiting for the collective timeout."""
     if not is_formed():
         return
+    _shut_group_sockets()
     try:
         dist.distributed_c10d._abort_process_group()
     except Exception:
@@ -120,6 +121,34 @@ def abort() -> None:
 
 
 _original_init = dist.init_process_group
+_group_sockets: set = set()  # (fd, local, remote) of the group's TCP connections (gloo's pairs)
+
+
+def _tcp() -> set:
+    import psutil
+
+    return {
+        (c.fd, tuple(c.laddr), tuple(c.raddr))
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.fd >= 0 and c.raddr
+    }
+
+
+def _shut_group_sockets() -> None:
+    """Shut the group's connections down, so peers blocked on us fail at once.
+
+    ``_abort_process_group`` closes gloo's connections only when nothing else holds the group,
+    and a DDP model does: without this, a peer waiting in an all-reduce would wait for the
+    collective timeout. NCCL's abort needs no help; its connections are not in this set.
+    """
+    live = _tcp()
+    for conn in _group_sockets & live:  # same fd, same endpoints: still gloo's socket
+        try:
+            with socket.socket(fileno=os.dup(conn[0])) as s:
+                s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    _group_sockets.clear()
 
 
 def _init(backend: str | None, timeout: timedelta | None = None, **kwargs) -> None:
@@ -133,9 +162,12 @@ def _init(backend: str | None, timeout: timedelta | None = None, **kwargs) -> No
     store = dist.PrefixStore(f"nbdist/{ri.attempt}/{_formations}", client)
     if timeout is not None:
         kwargs["timeout"] = timeout
+    before = _tcp()
     _original_init(
         backend=backend or ri.backend, store=store, rank=ri.rank, world_size=ri.world_size, **kwargs
     )
+    store_ep = (ri.master_addr, ri.master_port)
+    _group_sockets.update(c for c in _tcp() - before if c[2] != store_ep)
 
 
 @functools.wraps(_original_init)
