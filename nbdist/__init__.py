@@ -27,6 +27,7 @@ _PUBLIC = {
     "start": "nbdist.notebook.session",
     "current": "nbdist.notebook.session",
     "Cluster": "nbdist.notebook.session",
+    "HostSpec": "nbdist.config",  # start(hosts=[HostSpec("gpu1", engines=4, user="alice")])
     "pull": "nbdist.notebook.api",
     "scatter": "nbdist.notebook.data",
     "gather": "nbdist.notebook.data",
