@@ -101,6 +101,9 @@ def _measure(log: Path, killed_at: float) -> tuple[float, int]:
     return (after[0] - killed_at if after else float("nan")), len(steps) - len(set(steps))
 
 
+# (a NaN figure in the table means that side never recovered within its time limit)
+
+
 def nbdist_recovery(tmp: Path, steps: int, every: int, kill_at: int) -> tuple[float, int]:
     import nbdist
     from nbdist.config import CellOptions
@@ -144,15 +147,22 @@ def torchrun_recovery(tmp: Path, steps: int, every: int, kill_at: int) -> tuple[
         "0.1",
         str(script),
     ]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # its own process group: on a timeout the agent and its workers go together
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     out: dict = {}
     try:
         _kill_at(log, Path(f"{pids}1"), kill_at, out)
-        proc.wait(timeout=300)
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pass
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    if "killed_at" not in out:
+        return float("nan"), 0
     return _measure(log, out["killed_at"])
 
 
