@@ -42,14 +42,25 @@ def _ranks(text: str) -> tuple[int, ...]:
 def _nbdist_parser() -> _Parser:
     p = _Parser(prog="%nbdist", description="Start, inspect and stop the nbdist cluster.")
     sub = p.add_subparsers(dest="command", parser_class=_Parser, required=True)
-    s = sub.add_parser("start", help="start N local engines with a ready process group")
-    s.add_argument("-n", type=int, default=2, help="number of engines (ranks)")
+    s = sub.add_parser("start", help="start N engines with a ready process group")
+    s.add_argument("-n", type=int, default=None, help="number of engines (ranks); default 2")
     s.add_argument("--threads", type=int, default=None, help="threads per engine")
     s.add_argument("--backend", choices=["gloo", "nccl"], default=None)
+    # engines on other hosts (see nbdist.notebook.hosts and nbdist.notebook.remote)
+    s.add_argument("--hosts", default=None, help="engines over ssh: user@gpu1:4,user@gpu2:4")
+    s.add_argument("--cluster-file", default=None, help="hosts and settings in a TOML file")
+    s.add_argument("--launcher", choices=["ssh", "slurm", "mpi", "local"], default=None)
+    s.add_argument("--launcher-opt", action="append", type=_key_value, default=None,
+                   metavar="KEY=VALUE", help="an option of ipyparallel's launcher (repeatable)")
+    s.add_argument("--ip", default=None, help="controller address the hosts reach ('*': all)")
+    s.add_argument("--allow-mixed", action="store_true", default=None,
+                   help="ranks without a GPU beside ranks with one: gloo on CPU, warned")
+    s.add_argument("--env-check", choices=["refuse", "warn"], default=None,
+                   help="when hosts differ in Python/torch/nbdist/CUDA (default: refuse)")
     sub.add_parser("stop", help="stop every engine and the controller")
     at = sub.add_parser("attach", help="use a cluster started from the sidebar")
     at.add_argument("cluster_id", nargs="?", default=None, help="default: the newest one")
-    sub.add_parser("status", help="show each rank: host, pid, device, state")
+    sub.add_parser("status", help="show each rank: host, pid, device, GPU, state")
     sc = sub.add_parser("scatter", help="send one shard of a notebook array to each rank")
     sc.add_argument("name", help="notebook variable: an array, a tensor or a tuple of them")
     sc.add_argument("--stratify", default=None, metavar="LABELS", help="notebook labels variable")
@@ -84,6 +95,13 @@ def _distributed_parser() -> _Parser:
     return p
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    return key.strip(), value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -104,10 +122,12 @@ def _parse(parser: _Parser, line: str) -> argparse.Namespace | None:
 
 
 def _status_table(rows: list[dict]) -> str:
-    cols = ["rank", "host", "pid", "device", "state"]
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    cols = ["rank", "host", "pid", "device", "gpu", "state"]
+    if all(r.get("gpu", "-") == "-" for r in rows):
+        cols.remove("gpu")  # a CPU-only cluster: no column of dashes
+    widths = {c: max(len(c), *(len(str(r.get(c, "-"))) for r in rows)) for c in cols}
     lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
-    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in cols) for r in rows]
+    lines += ["  ".join(str(r.get(c, "-")).ljust(widths[c]) for c in cols) for r in rows]
     return "\n".join(lines)
 
 
@@ -121,7 +141,12 @@ class NbdistMagics(Magics):
         if args is None:
             return None
         if args.command == "start":
-            c = session.start(n=args.n, threads_per_engine=args.threads, backend=args.backend)
+            c = session.start(
+                n=args.n, threads_per_engine=args.threads, backend=args.backend,
+                hosts=args.hosts, cluster_file=args.cluster_file, launcher=args.launcher,
+                launcher_options=dict(args.launcher_opt) if args.launcher_opt else None,
+                ip=args.ip, allow_mixed=args.allow_mixed, env_check=args.env_check,
+            )
             print(
                 f"nbdist: {len(c.slots)} ranks ready ({c.backend}, {c.cfg.threads} thread(s) "
                 f"per engine) in {c.ready_seconds:.1f} s"

@@ -1,0 +1,322 @@
+"""The notebook side of telemetry: engines' batches in, the run's live state out.
+
+``Collector.poll(ranks)`` is called by the cell's supervisor every ~20 ms with its ranks. It pops
+nbdist's batches from each rank's ``ar.metadata['data']`` (the client's I/O thread adds them
+there; popping means nothing is read twice and nothing is overwritten), folds them into one
+``RankState`` per rank, and reads the tail of each rank's output. Work per poll is proportional
+to what arrived, so 64 ranks reporting 20 times a second cost the kernel little.
+
+``classify`` is the health verdict, a pure function: ok, slow (a straggler), silent, dead.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..config import TelemetryConfig
+from ..telemetry import events as ev
+
+_MAX_POINTS = 4000  # loss points kept per rank for the charts (older ones thinned)
+_RATE_WINDOW = 5.0  # seconds of records behind samples/s and the ETA
+
+
+@dataclass
+class Series:
+    """(step, value) points, thinned to at most ``_MAX_POINTS`` by dropping every other one."""
+
+    steps: list = field(default_factory=list)
+    values: list = field(default_factory=list)
+    stride: int = 1
+    _skip: int = 0
+
+    def add(self, step, value) -> None:
+        self._skip += 1
+        if self._skip < self.stride:
+            return
+        self._skip = 0
+        self.steps.append(step)
+        self.values.append(value)
+        if len(self.steps) > _MAX_POINTS:
+            self.steps, self.values = self.steps[::2], self.values[::2]
+            self.stride *= 2
+
+
+@dataclass
+class RankState:
+    """What the notebook knows about one rank during a run."""
+
+    rank: int
+    host: str = ""
+    pid: int | None = None
+    step: int | None = None
+    loss: float | None = None
+    samples: float = 0.0  # samples reported so far
+    reports: int = 0
+    last_record: float | None = None  # engine time of the latest metric record
+    last_seen: float | None = None  # notebook time of the latest batch (the heartbeat)
+    step_time: float | None = None  # smoothed seconds per step
+    health: dict = field(default_factory=dict)
+    state: str = ev.OK
+    outcome: str | None = None  # None while running; ok | failed | died
+    nonfinite: str | None = None  # "nan" / "inf" once a non-finite loss was seen
+    losses: Series = field(default_factory=Series)
+    progress: deque = field(default_factory=lambda: deque(maxlen=64))  # (engine time, step)
+    log: deque = field(default_factory=lambda: deque(maxlen=5))
+    _partial: str = ""
+    _shown: int = 0
+    _last_step_at: tuple | None = None  # (engine time, step) of the previous record
+
+
+def classify(ranks: dict[int, RankState], now: float, started: float,
+             cfg: TelemetryConfig) -> dict[int, str]:
+    """Each rank's state: dead (engine gone), silent (no news), slow (a straggler), or ok.
+
+    Silent: no batch at all for ``silent_after`` s (the engine is stuck or unreachable); or,
+    while other ranks report, no report of its own for ``max(silent_after, 10 x median step)``.
+    Slow: a smoothed step time above ``slow_factor`` times the median of the running ranks.
+    """
+    running = [r for r in ranks.values() if r.outcome is None]
+    times = [r.step_time for r in running if r.step_time]
+    median = statistics.median(times) if len(times) >= 2 else None
+    reporting = any(r.reports for r in ranks.values())
+    quiet_limit = max(cfg.silent_after, 10 * median) if median else cfg.silent_after
+    out = {}
+    for r in ranks.values():
+        if r.outcome == "died":
+            out[r.rank] = ev.DEAD
+        elif r.outcome is not None:
+            out[r.rank] = ev.OK
+        elif now - (r.last_seen or started) > cfg.silent_after:
+            out[r.rank] = ev.SILENT
+        elif reporting and _quiet_for(r, now, started) > quiet_limit:
+            out[r.rank] = ev.SILENT
+        elif median and r.step_time and r.step_time > cfg.slow_factor * median:
+            out[r.rank] = ev.SLOW
+        else:
+            out[r.rank] = ev.OK
+    return out
+
+
+def _quiet_for(r: RankState, now: float, started: float) -> float:
+    """Seconds since this rank's last report, measured on its own clock when possible."""
+    h = r.health
+    if r.last_record is not None and h.get("time"):
+        return max(0.0, h["time"] - r.last_record) + (now - (r.last_seen or now))
+    return now - started if r.last_record is None else 0.0
+
+
+class Collector:
+    """Folds the engines' batches into per-rank state; calls ``on_*`` hooks as things arrive.
+
+    ``on_records(rank, records)``: metric tuples (``events.METRIC_FIELDS``), in arrival order;
+    ``on_event(kind, rank, message, data, at)``: engine events, NaN losses, state changes;
+    ``on_health(rank, sample)``: each health sample.
+    """
+
+    def __init__(self, ranks: list[int], cfg: TelemetryConfig | None = None,
+                 total: int | None = None, clock: Callable[[], float] = time.time):
+        self.cfg = cfg or TelemetryConfig()
+        self.clock = clock
+        self.started = clock()
+        self.ranks = {r: RankState(r, log=deque(maxlen=self.cfg.log_lines)) for r in ranks}
+        self.total = total
+        self.first_step: int | None = None
+        self.mean: dict[int, list] = {}  # step -> [sum, count] of the ranks' finite losses
+        self._mean_cache: tuple = (-1, False, Series())
+        self.first_record: float | None = None  # engine time
+        self.rate_window: deque = deque()  # (engine time, samples) across ranks
+        self.batches = 0
+        self.records = 0
+        self.pending: list[float] = []  # engine times of records not yet shown
+        self.on_records: Callable | None = None
+        self.on_event: Callable | None = None
+        self.on_health: Callable | None = None
+
+    # -- input ------------------------------------------------------------------------------
+    def poll(self, ranks: dict) -> int:
+        """Take what arrived from the supervisor's ranks; return the number of batches read."""
+        n = 0
+        for r, rk in ranks.items():
+            st = self.ranks.get(r)
+            if st is None:
+                st = self.ranks[r] = RankState(r, log=deque(maxlen=self.cfg.log_lines))
+            md = rk.ar.metadata
+            data = md.get("data")
+            if data:
+                for k in [k for k in list(data) if k.startswith(ev.KEY_PREFIX)]:
+                    b = data.pop(k, None)
+                    if isinstance(b, dict) and b.get("v") == ev.VERSION:
+                        self.ingest(r, b)
+                        n += 1
+            self._read_log(st, md.get("stdout") or "")
+            if st.outcome is None and rk.outcome is not None:
+                kind = rk.outcome.get("kind")
+                st.outcome = "ok" if rk.outcome.get("ok") else (
+                    "died" if kind in ("died", "hung") else "failed")
+        return n
+
+    def ingest(self, rank: int, batch: dict) -> None:
+        """Fold one batch from ``rank`` into the state."""
+        st = self.ranks.setdefault(rank, RankState(rank, log=deque(maxlen=self.cfg.log_lines)))
+        st.last_seen = self.clock()
+        self.batches += 1
+        recs = batch.get("metrics") or []
+        for rec in recs:
+            self._record(st, rec)
+        if recs and self.on_records is not None:
+            self.on_records(rank, recs)
+        h = batch.get("health")
+        if h:
+            st.health = h
+            st.host = h.get("host", st.host)
+            st.pid = h.get("pid", st.pid)
+            if self.on_health is not None:
+                self.on_health(rank, h)
+        for t, kind, message, data in batch.get("events") or []:
+            self._event(kind, rank, message, data or {}, at=t)
+
+    def _record(self, st: RankState, rec) -> None:
+        t, step, loss, samples, total, _extra = rec
+        self.records += 1
+        self.pending.append(t)
+        st.reports += 1
+        st.last_record = t
+        if self.first_record is None or t < self.first_record:
+            self.first_record = t
+        if total:
+            self.total = max(self.total or 0, int(total))
+        if samples:
+            st.samples += samples
+            self.rate_window.append((t, samples))
+        if step is not None:
+            if self.first_step is None or step < self.first_step:
+                self.first_step = step
+            prev = st._last_step_at
+            if prev is not None and step > prev[1] and t > prev[0]:
+                dt = (t - prev[0]) / (step - prev[1])
+                st.step_time = dt if st.step_time is None else 0.7 * st.step_time + 0.3 * dt
+            st._last_step_at = (t, step)
+            st.step = step
+            st.progress.append((t, step))
+        if loss is not None:
+            st.loss = loss
+            if not math.isfinite(loss):
+                if st.nonfinite is None:
+                    st.nonfinite = "nan" if math.isnan(loss) else "inf"
+                    at = f" at step {step}" if step is not None else ""
+                    self._event("nan", st.rank, f"loss is {loss}{at}",
+                                {"step": step, "loss": str(loss)})
+            elif step is not None:
+                st.losses.add(step, loss)
+                acc = self.mean.get(step)
+                if acc is None:
+                    acc = self.mean[step] = [0.0, 0]
+                    if len(self.mean) > 2 * _MAX_POINTS:
+                        self._thin_mean()
+                acc[0] += loss
+                acc[1] += 1
+
+    def _read_log(self, st: RankState, text: str) -> None:
+        if len(text) == st._shown:
+            return
+        new, st._shown = text[st._shown:], len(text)
+        lines = (st._partial + new).split("\n")
+        st._partial = lines.pop()
+        st.log.extend(line.rstrip("\r") for line in lines[-st.log.maxlen:])
+
+    def _event(self, kind: str, rank: int | None, message: str, data: dict,
+               at: float | None = None) -> None:
+        if self.on_event is not None:
+            self.on_event(kind, rank, message, data, at)
+
+    # -- verdicts ---------------------------------------------------------------------------
+    def update_states(self) -> None:
+        """Classify every rank; report each change of state as an event."""
+        now = self.clock()
+        for r, state in classify(self.ranks, now, self.started, self.cfg).items():
+            st = self.ranks[r]
+            if state != st.state:
+                old, st.state = st.state, state
+                if state == ev.OK:
+                    if st.outcome is None:
+                        self._event("recovered", r, f"{old} -> ok", {})
+                else:
+                    kind = "died" if state == ev.DEAD else state
+                    self._event(kind, r, _why(st, state, now), {})
+
+    # -- derived figures --------------------------------------------------------------------
+    def done(self) -> int | None:
+        """Steps completed by the slowest reporting rank (counting from 1)."""
+        steps = [s.step for s in self.ranks.values() if s.step is not None]
+        if not steps:
+            return None
+        return min(steps) + (1 if self.first_step == 0 else 0)
+
+    def samples_per_s(self) -> float | None:
+        """Samples per second across ranks over the last few seconds of records."""
+        w = self.rate_window
+        if not w:
+            return None
+        end = max(s.last_record or 0 for s in self.ranks.values())
+        while w and w[0][0] < end - _RATE_WINDOW:
+            w.popleft()
+        span = min(_RATE_WINDOW, end - self.first_record)
+        return sum(s for _, s in w) / span if span > 0.05 else None
+
+    def eta(self) -> float | None:
+        """Seconds left, from the slowest rank's recent pace, when the total is known."""
+        done = self.done()
+        if not self.total or done is None:
+            return None
+        rates = []
+        for s in self.ranks.values():
+            if len(s.progress) >= 2:
+                (t0, s0), (t1, s1) = s.progress[0], s.progress[-1]
+                if t1 > t0 and s1 > s0:
+                    rates.append((s1 - s0) / (t1 - t0))
+        if not rates:
+            return None
+        return max(0.0, (self.total - done) / min(rates))
+
+    def _thin_mean(self) -> None:
+        """Keep the mean's memory bounded: drop every other step but the latest ones."""
+        keys = sorted(self.mean)
+        for k in keys[: -_MAX_POINTS // 4 : 2]:
+            del self.mean[k]
+
+    def mean_series(self, final: bool = False) -> Series:
+        """Mean loss over ranks at each step that every live reporting rank has passed (every
+        step, when ``final``); at most ``_MAX_POINTS`` points."""
+        key = (self.records, final)
+        if self._mean_cache[:2] == key:
+            return self._mean_cache[2]
+        live = [s.step for s in self.ranks.values()
+                if s.step is not None and s.state not in (ev.SILENT, ev.DEAD)]
+        upto = max(self.mean, default=0) if final or not live else min(live)
+        steps = sorted(k for k in self.mean if k <= upto)
+        stride = len(steps) // _MAX_POINTS + 1
+        out = Series(steps[::stride], [self.mean[k][0] / self.mean[k][1] for k in steps[::stride]])
+        self._mean_cache = (*key, out)
+        return out
+
+    def mean_loss(self) -> float | None:
+        """The latest mean loss over ranks."""
+        v = self.mean_series().values
+        return v[-1] if v else None
+
+
+def _why(st: RankState, state: str, now: float) -> str:
+    if state == ev.DEAD:
+        return "its engine is gone"
+    if state == ev.SILENT:
+        if st.last_seen is None or now - st.last_seen > 3:
+            return "no heartbeat"
+        return "no report() lately"
+    if state == ev.SLOW and st.step_time:
+        return f"step time {st.step_time * 1000:.0f} ms, well above the others'"
+    return state

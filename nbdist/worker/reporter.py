@@ -1,0 +1,291 @@
+"""``nbdist.report()`` and the health sampler: what an engine tells the notebook while a cell runs.
+
+``report()`` only appends a tuple to a queue, so it costs about a microsecond and never blocks
+the training step. A daemon thread (one per engine) sends the queued records every 50 ms, with a
+health sample every half second, as one batch through ipyparallel's data publication (see
+``nbdist.telemetry.events`` for the format). Health flows whether or not the cell reports.
+
+The batches must carry the cell's request as their parent, or the notebook cannot tie them to the
+cell: ipykernel keeps the parent per execution context, which a thread does not inherit. So the
+runner calls ``begin_cell()`` on the main thread when a cell starts (it captures the parent) and
+``end_cell()`` when it ends (the last records and a final health sample go out before the reply).
+
+Communication share: for DistributedDataParallel models held in the cell's namespace, from DDP's
+own timers (backward communication not overlapped with compute, over the step); otherwise from
+``report(..., comm_time=SECONDS)`` when the cell measures it itself.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from numbers import Real
+
+from ..errors import UsageError
+from ..telemetry import events
+from . import context
+
+FLUSH_INTERVAL = 0.05  # seconds between batches while records are queued
+HEALTH_INTERVAL = 0.5  # seconds between health samples
+_MAX_QUEUED = 200_000  # records kept if the sender cannot keep up (oldest dropped)
+
+
+class _Reporter:
+    """This engine's queue of records, its sender thread and its health sampler."""
+
+    def __init__(self) -> None:
+        self.queue: deque = deque(maxlen=_MAX_QUEUED)
+        self.events: deque = deque(maxlen=10_000)
+        self.lock = threading.Lock()  # one sender at a time: the thread or end_cell()
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.parent: dict | None = None  # the running cell's request header; None between cells
+        self.pub = None  # (session, socket, topic)
+        self.rank = -1
+        self.seq = 0
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.proc = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.last_report: float | None = None
+        self.step_time: float | None = None
+        self.last_step = None
+        self.reports = 0
+        self.comm_time: float | None = None
+        self.health_due = 0.0
+
+    # -- cell boundaries (main thread) ----------------------------------------------------------
+    def begin_cell(self) -> None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        # ipyparallel's engine kernel sets the shell's data publisher; a plain kernel has none.
+        data_pub = getattr(shell, "__dict__", {}).get("_data_pub") if shell is not None else None
+        if data_pub is None or data_pub.session is None:  # not an ipyparallel engine
+            self.parent = None
+            return
+        from jupyter_client.session import extract_header
+
+        parent = extract_header(getattr(shell, "parent_header", None) or {}) or dict(
+            data_pub.parent_header
+        )
+        self.pub = (data_pub.session, data_pub.pub_socket, data_pub.topic)
+        info = context._current
+        self.rank = info.rank if info is not None else -1
+        if self.pid != os.getpid():  # this module may be imported before the engine was forked
+            self.pid, self.proc = os.getpid(), None
+        self._reset()
+        self.queue.clear()
+        self.parent = parent or None
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._loop, name="nbdist-reporter", daemon=True)
+            self.thread.start()
+        self.wake.set()  # a first health sample at once: the notebook knows this rank is alive
+
+    def end_cell(self) -> None:
+        if self.parent is None:
+            return
+        try:
+            self.flush(health=True)
+        except Exception:  # telemetry never fails a cell
+            pass
+        finally:
+            self.parent = None
+
+    # -- sending --------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            self.wake.wait(FLUSH_INTERVAL)
+            self.wake.clear()
+            if self.parent is None:
+                continue
+            try:
+                self.flush(health=time.monotonic() >= self.health_due)
+            except Exception:  # never let telemetry kill the thread; the next batch retries
+                time.sleep(FLUSH_INTERVAL)
+
+    def flush(self, health: bool = False) -> None:
+        """Send what is queued (and a health sample) as one batch, if a cell is running."""
+        with self.lock:
+            parent = self.parent
+            if parent is None or self.pub is None:
+                return
+            q = self.queue
+            records = [_plain(q.popleft()) for _ in range(len(q))]
+            evs = [self.events.popleft() for _ in range(len(self.events))]
+            sample = None
+            if health:
+                self.health_due = time.monotonic() + HEALTH_INTERVAL
+                sample = self._sample()
+            if not records and not evs and sample is None:
+                return
+            self.seq += 1
+            body = events.batch(self.rank, self.seq, time.time(), records, sample, evs)
+            _publish(self.pub, parent, {events.key(self.pid, self.seq): body})
+
+    def _sample(self) -> dict:
+        import psutil
+
+        if self.proc is None:
+            self.proc = psutil.Process()
+            self.proc.cpu_percent(None)
+        gpu_util = gpu_mem = None
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            dev = context._current.device if context._current is not None else "cuda:0"
+            try:
+                gpu_mem = torch.cuda.memory_allocated(dev)
+                gpu_util = torch.cuda.utilization(dev)  # needs NVML (pynvml)
+            except Exception:
+                pass
+        with self.proc.oneshot():
+            cpu, rss = self.proc.cpu_percent(None), self.proc.memory_info().rss
+        return {
+            "time": time.time(), "host": self.host, "pid": self.pid, "cpu": cpu, "rss": rss,
+            "gpu_util": gpu_util, "gpu_mem": gpu_mem, "last_step": self.last_report,
+            "step_time": self.step_time, "comm_share": self._comm_share(),
+            "reports": self.reports,
+        }
+
+    def _comm_share(self) -> float | None:
+        if self.comm_time is not None and self.step_time:
+            return max(0.0, min(1.0, self.comm_time / self.step_time))
+        return _ddp_comm_share()
+
+
+_reporter = _Reporter()
+
+
+def _publish(pub: tuple, parent: dict, data: dict) -> None:
+    """ipyparallel's ``publish_data``, with an explicit parent (safe from any thread)."""
+    from ipyparallel.serialize import serialize_object
+
+    session, sock, topic = pub
+    buffers = serialize_object(data, buffer_threshold=session.buffer_threshold,
+                               item_threshold=session.item_threshold)
+    session.send(sock, "data_message", content={"keys": list(data)}, parent=parent,
+                 buffers=buffers, ident=topic)
+
+
+def _plain(rec: tuple) -> tuple:
+    """A record with its loss as a float (tensors are converted here, off the training thread)."""
+    loss = rec[2]
+    if loss is not None and not isinstance(loss, float):
+        try:
+            loss = float(loss)
+        except Exception:
+            loss = None
+        rec = (rec[0], rec[1], loss, *rec[3:])
+    return rec
+
+
+_ddp_models: weakref.WeakSet = weakref.WeakSet()
+
+
+def _ddp_comm_share() -> float | None:
+    """Share of DDP's step spent in backward communication that did not overlap compute."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    from .setup import _namespace
+
+    ddp = torch.nn.parallel.DistributedDataParallel
+    for v in list(_namespace().values()):
+        if isinstance(v, ddp):
+            _ddp_models.add(v)
+    for m in list(_ddp_models):
+        try:
+            d = m._get_ddp_logging_data()
+        except Exception:
+            continue
+        comm = d.get("avg_backward_comm_time", 0)
+        comm -= d.get("avg_backward_compute_comm_overlap_time", 0)
+        compute = d.get("avg_forward_compute_time", 0) + d.get("avg_backward_compute_time", 0)
+        if compute > 0:
+            return max(0.0, comm) / (max(0.0, comm) + compute)
+    return None
+
+
+# -- public ------------------------------------------------------------------------------------
+def report(
+    step: int | None = None,
+    loss=None,
+    samples: float | None = None,
+    total: int | None = None,
+    **metrics,
+) -> None:
+    """Tell the notebook how training goes: one call per step (or every few steps).
+
+    ``step``: the step number; ``loss``: a number or a one-element tensor (read off the training
+    thread, so a CUDA loss does not synchronise the step); ``samples``: samples this rank
+    processed since its last report (for samples/s); ``total``: the number of steps, for the
+    progress bar and ETA; ``metrics``: any other numbers (``lr=...``, ``comm_time=SECONDS``).
+    Never blocks: records are queued and sent in batches by a background thread.
+    """
+    r = _reporter
+    if r.parent is None:
+        if context._current is None:
+            context.current()  # raises the one-line "runs on nbdist engines only" error
+        return  # outside a %%distributed cell (e.g. a thread left running): nothing to send to
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        raise UsageError(f"nbdist.report: step must be a whole number, not {step!r}")
+    if samples is not None and not isinstance(samples, Real):
+        raise UsageError(f"nbdist.report: samples must be a number, not {samples!r}")
+    if total is not None and (not isinstance(total, int) or total < 1):
+        raise UsageError(f"nbdist.report: total must be a whole number >= 1, not {total!r}")
+    if loss is not None and not isinstance(loss, float):
+        loss = _loss_value(loss)
+    if metrics:
+        for k, v in metrics.items():
+            if not isinstance(v, Real):
+                raise UsageError(f"nbdist.report: metric {k} must be a number, not {v!r}")
+        ct = metrics.get("comm_time")
+        if ct is not None:
+            r.comm_time = float(ct)
+    now = time.time()
+    if r.last_report is not None:
+        r.step_time = now - r.last_report
+    r.last_report = now
+    r.reports += 1
+    r.queue.append((now, step, loss, samples, total, metrics or None))
+    if isinstance(loss, float) and not math.isfinite(loss):
+        r.wake.set()  # a NaN/inf loss goes out at once
+
+
+def _loss_value(loss):
+    if isinstance(loss, Real):
+        return float(loss)
+    detach = getattr(loss, "detach", None)
+    if detach is None:
+        raise UsageError(f"nbdist.report: loss must be a number or a tensor, not {loss!r}")
+    t = detach()
+    if t.numel() != 1:
+        raise UsageError(f"nbdist.report: loss must have one element, not shape {tuple(t.shape)}")
+    return t.item() if t.device.type == "cpu" else t  # a GPU value is read by the sender
+
+
+def event(kind: str, message: str = "", **data) -> None:
+    """Record an engine-side event (a checkpoint written, ...): shown on the dashboard, stored."""
+    r = _reporter
+    if r.parent is None:
+        return
+    r.events.append((time.time(), str(kind), str(message), data or None))
+    r.wake.set()
+
+
+def begin_cell() -> None:
+    """Runner hook, main thread, cell start: capture the cell's request, start the sender."""
+    _reporter.begin_cell()
+
+
+def end_cell() -> None:
+    """Runner hook, main thread, cell end: send everything left, then stop sending."""
+    _reporter.end_cell()
