@@ -23,19 +23,33 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "c
         time.sleep(interval)
 
 
-def assert_gone(pids, timeout: float = 10.0) -> None:
-    """Every process in ``pids`` has exited (zombies count as gone)."""
+def assert_gone(procs, timeout: float = 10.0) -> None:
+    """Every process in ``procs`` (pids, or psutil.Process objects, which also tell a reused pid
+    from the process first seen) has exited; zombies count as gone."""
+    procs = [p if isinstance(p, psutil.Process) else _process(p) for p in procs]
+    procs = [p for p in procs if p is not None]
+
+    def alive(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
 
     def gone():
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    return False
-            except psutil.NoSuchProcess:
-                pass
-        return True
+        return not any(alive(p) for p in procs)
 
-    wait_until(gone, timeout, what=f"processes {sorted(pids)} to exit")
+    try:
+        wait_until(gone, timeout, what="processes to exit")
+    except AssertionError:
+        left = [(p.pid, " ".join(p.cmdline())[:100]) for p in procs if alive(p)]
+        raise AssertionError(f"still running after {timeout} s: {left}") from None
+
+
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -47,11 +47,11 @@ def test_whole_harness_runs_tiny():
         stderr=subprocess.PIPE,
         text=True,
     )
-    seen: set[int] = set()
+    seen: dict[int, psutil.Process] = {}
     deadline = time.monotonic() + 560
     while proc.poll() is None:  # note every process it starts, to check they all end
         try:
-            seen.update(p.pid for p in psutil.Process(proc.pid).children(recursive=True))
+            seen.update((p.pid, p) for p in psutil.Process(proc.pid).children(recursive=True))
         except psutil.NoSuchProcess:
             pass
         if time.monotonic() > deadline:
@@ -72,4 +72,4 @@ def test_whole_harness_runs_tiny():
         assert ratio > 0, line
     assert "TINY" in out
     assert len(seen) >= 4, "the harness should have started kernels, engines and torchrun workers"
-    assert_gone(seen, timeout=20)
+    assert_gone(list(seen.values()), timeout=20)
