@@ -245,3 +245,26 @@ def test_stop_and_kernel_shutdown_leave_nothing_behind():
     pids = k.descendants()
     shutdown_kernel(k)  # asserts the kernel and all it started are gone
     assert_gone(pids)
+
+
+def test_progress_deadline_ends_a_deadlock_after_reports_stop(nb):
+    before = engine_pids(nb)
+    r = nb.run(
+        "%%distributed --progress-timeout 3 --no-dashboard\n"
+        "import torch, time\n"
+        "for step in range(5):\n"
+        "    nbdist.report(step=step, loss=1.0)\n"
+        "    time.sleep(0.1)\n"
+        "t = torch.zeros(1)\n"
+        "torch.distributed.recv(t, src=1 - nbdist.rank())  # both wait: a deadlock",
+        timeout=60,
+    )
+    assert r.error is not None, r.stdout
+    text = "\n".join(r.error["traceback"])
+    assert "made no progress for 3 s (the progress deadline)" in text
+    assert r.seconds < 20
+    assert set(engine_pids(nb)).isdisjoint(before)
+    r = nb.ok(
+        "%%distributed\nimport torch\nz = torch.ones(1)\ntorch.distributed.all_reduce(z)\nz.item()"
+    )
+    assert r.result == "2.0"

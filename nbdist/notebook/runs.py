@@ -25,7 +25,7 @@ from ..config import TelemetryConfig
 from ..errors import DistributedCellError, RankFailure, UsageError
 from ..telemetry import events as ev
 from ..telemetry.store import RunStore, StoreWriter
-from .collector import Collector
+from .collector import Collector, _quiet_for
 
 _active: RunMonitor | None = None
 _last: RunMonitor | None = None
@@ -182,6 +182,16 @@ class RunMonitor:
             del self.latencies[:-100_000]
 
     # -- events and rows --------------------------------------------------------------------
+    def hung_ranks(self, timeout: float) -> list[int]:
+        """Ranks past the progress deadline: they reported steps, then none for ``timeout`` s
+        (measured on their own clocks). The supervisor kills them; recovery replaces them."""
+        now = self.collector.clock()
+        return [
+            r
+            for r, st in self.collector.ranks.items()
+            if st.outcome is None and st.reports and _quiet_for(st, now, now) > timeout
+        ]
+
     def event(self, kind: str, rank: int | None = None, message: str = "", **data) -> None:
         """Record an event of this run: shown on the dashboard, kept in the run store."""
         self._event(kind, rank, message, data, None)
