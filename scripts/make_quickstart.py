@@ -23,7 +23,7 @@ cells = [
         "X, y = load_digits(return_X_y=True)\n"
         "X = torch.tensor(X / 16.0, dtype=torch.float32)\n"
         "y = torch.tensor(y)\n"
-        "X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.25, random_state=0)\n"
+        "X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.25, random_state=0)\n"  # noqa: E501
         "# this rank's shard: every world_size-th sample, starting at its rank\n"
         "X_mine = X_train[nbdist.rank()::nbdist.world_size()]\n"
         "y_mine = y_train[nbdist.rank()::nbdist.world_size()]\n"

@@ -26,7 +26,7 @@ from .. import config
 from ..errors import NbdistError, UsageError
 from ..server import registry
 from . import placement, session
-from .cluster import EngineExit
+from .cluster import EngineExit, signal_own
 
 
 def _ask(path: str, request: dict, timeout: float) -> dict:
@@ -91,12 +91,7 @@ class HostedEngines:
 
     def signal(self, pids: list[int], sig: int = signal.SIGINT) -> None:
         """Send ``sig`` to these engine processes (the cluster's own only)."""
-        for pid in pids:
-            if pid in self.engine_pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+        signal_own(pids, self.engine_pids, sig)
 
     def processes(self) -> list[psutil.Process]:
         """The engine processes (the host, its controller and fork server are not ours)."""
@@ -124,7 +119,6 @@ class HostedEngines:
 
 def _engine_state() -> dict:
     """On an engine: who it is, and which rank it holds in which group (None before any)."""
-    import os
     import socket
 
     from nbdist.worker import context, rendezvous

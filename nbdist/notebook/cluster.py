@@ -58,6 +58,27 @@ def _owner_only(security: Path) -> None:
         os.chmod(f, 0o600)
 
 
+def reap(procs: list[psutil.Process], timeout: float) -> None:
+    """Wait for ``procs`` to leave; kill (by PID) those still there after ``timeout`` s."""
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=timeout)
+
+
+def signal_own(pids: list[int], own: set[int], sig: int) -> None:
+    """Send ``sig`` to those of ``pids`` that are in ``own`` (never to a stranger's pid)."""
+    for pid in pids:
+        if pid in own:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
 @dataclass(frozen=True)
 class EngineExit:
     """An engine process ended: its pid and exit status (negative: killed by that signal)."""
@@ -191,12 +212,7 @@ class EngineCluster:
 
     def signal(self, pids: list[int], sig: int = signal.SIGINT) -> None:
         """Send ``sig`` to these engine processes (ours only: checked against what we started)."""
-        for pid in pids:
-            if pid in self.engine_pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+        signal_own(pids, self.engine_pids, sig)
 
     def processes(self) -> list[psutil.Process]:
         """Every process of this cluster: controller, fork server, engines and their children."""
@@ -233,11 +249,5 @@ class EngineCluster:
             self._ipp.stop_controller_sync()
         except Exception:
             pass
-        _, alive = psutil.wait_procs(procs, timeout=timeout)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=timeout)
+        reap(procs, timeout)
         self.engine_pids.clear()

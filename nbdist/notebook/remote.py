@@ -55,7 +55,7 @@ from ipyparallel.cluster.shellcmd import ShellCommandSend
 from ..config import ClusterConfig, HostSpec, RemoteConfig
 from ..errors import NbdistError, UsageError
 from ..worker import rendezvous
-from .cluster import profile_dir
+from .cluster import profile_dir, reap
 from .hosts import missing_modules, remote_dir_of, ssh_command, ssh_failure
 
 _MARK = "NBDIST-PREFLIGHT "
@@ -684,13 +684,7 @@ class RemoteEngines:
                 self._ipp.stop_controller_sync()
             except Exception:
                 pass
-        _, alive = psutil.wait_procs(procs, timeout=timeout)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=timeout)
+        reap(procs, timeout)
         self._remove_files()
         self.engine_pids.clear()
         self._stopped = True
