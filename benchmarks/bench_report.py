@@ -79,13 +79,15 @@ while time.time() < t_end:
 _RAW = """
 import time
 from nbdist import current
+from nbdist.notebook.observers import Observer
 lat = []
-def _raw(ranks):
-    now = time.time()
-    for rk in ranks.values():
-        d = rk.ar.metadata["data"]
-        for k in [k for k in list(d) if k.startswith("raw:")]:
-            lat.append(now - d.pop(k))
+class _Raw(Observer):
+    def on_poll(self, ranks):
+        now = time.time()
+        for rk in ranks.values():
+            d = rk.ar.metadata["data"]
+            for k in [k for k in list(d) if k.startswith("raw:")]:
+                lat.append(now - d.pop(k))
 current().run('''
 import time
 from ipyparallel.datapub import publish_data
@@ -95,7 +97,7 @@ while time.time() < t_end:
     publish_data({{f"raw:{{i}}": time.time()}})
     i += 1
     time.sleep(0.05)
-''', observers=[_raw])
+''', observers=[_Raw()])
 lat = sorted(lat)
 (lat[len(lat) // 2], lat[int(0.95 * len(lat))], len(lat))
 """
@@ -108,15 +110,18 @@ def _scale(seconds: float, n: int = 64, hz: int = 20) -> tuple[float, float, int
     from ipyparallel.serialize import deserialize_object, serialize_object
 
     from nbdist.config import CellOptions
-    from nbdist.notebook import dashboard, runs
+    from nbdist.notebook import dashboard, monitor
     from nbdist.telemetry import events as ev
     from nbdist.telemetry.store import RunStore
 
     dashboard.Dashboard.show = lambda self: None  # built and updated; no front end here
-    ranks = {r: SimpleNamespace(ar=SimpleNamespace(metadata={"data": {}, "stdout": ""}),
-                                outcome=None) for r in range(n)}
-    cluster = SimpleNamespace(slots=[SimpleNamespace(rank=r) for r in range(n)],
-                              engines=SimpleNamespace(cluster_id="sim"))
+    ranks = {
+        r: SimpleNamespace(ar=SimpleNamespace(metadata={"data": {}, "stdout": ""}), outcome=None)
+        for r in range(n)
+    }
+    cluster = SimpleNamespace(
+        slots=[SimpleNamespace(rank=r) for r in range(n)], engines=SimpleNamespace(cluster_id="sim")
+    )
     stop, sent = threading.Event(), [0]
 
     def publish() -> None:
@@ -125,7 +130,7 @@ def _scale(seconds: float, n: int = 64, hz: int = 20) -> tuple[float, float, int
             now = time.time()
             for r in range(n):
                 seq += 1
-                body = ev.batch(r, seq, now, [(now, seq, 1.0 / seq, 32, None, None)], None, [])
+                body = ev.Batch(r, seq, now, [ev.MetricRecord(now, seq, 1.0 / seq, 32, None, None)])
                 data, _ = deserialize_object(serialize_object({ev.key(r, seq): body}))
                 ranks[r].ar.metadata["data"].update(data)
                 sent[0] += 1
@@ -134,25 +139,26 @@ def _scale(seconds: float, n: int = 64, hz: int = 20) -> tuple[float, float, int
 
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(f"{tmp}/runs.sqlite")
-        with runs.RunMonitor(cluster, "nbdist.report()", CellOptions(), store=store) as mon:
+        with monitor.RunMonitor(cluster, "nbdist.report()", CellOptions(), store=store) as mon:
             pub = threading.Thread(target=publish)
             pub.start()
             t_end = time.monotonic() + seconds
             while time.monotonic() < t_end:
-                mon(ranks)
+                mon.on_poll(ranks)
                 time.sleep(0.02)
             stop.set()
             pub.join()
-            mon(ranks)
+            mon.on_poll(ranks)
     polls = mon.poll_seconds
     return _quantile(polls, 0.95), statistics.median(polls), sent[0], mon.collector.records
 
 
 def run(tiny: bool = False, **sizes) -> list[Result]:
     s = replace(TINY if tiny else FULL, **sizes)
-    with tempfile.TemporaryDirectory(prefix="nbdist-bench-") as tmp, Kernel(
-        {"NBDIST_DATA_DIR": tmp}
-    ) as k:
+    with (
+        tempfile.TemporaryDirectory(prefix="nbdist-bench-") as tmp,
+        Kernel({"NBDIST_DATA_DIR": tmp}) as k,
+    ):
         k.run("%load_ext nbdist")
         k.run(f"%nbdist start -n {WORKERS}")
         try:
@@ -164,25 +170,42 @@ def run(tiny: bool = False, **sizes) -> list[Result]:
                     (reported if report else plain).append(ms)
             call_us = k.value(_CALL_COST.format(calls=s.calls))
             k.run(_LATENCY.format(seconds=s.latency_s))
-            lat = k.value("from nbdist.notebook import runs as _r\n"
-                          "_l = sorted(_r.last().latencies)\n"
-                          "(_l[len(_l) // 2], _l[int(0.95 * len(_l))], len(_l))")
+            lat = k.value(
+                "from nbdist.notebook import monitor as _r\n"
+                "_l = sorted(_r.last().latencies)\n"
+                "(_l[len(_l) // 2], _l[int(0.95 * len(_l))], len(_l))"
+            )
             raw = k.value(_RAW.format(seconds=s.latency_s))
         finally:
             k.run("%nbdist stop")
     step_plain, step_report = statistics.median(plain), statistics.median(reported)
     p95, p50, sent, got = _scale(s.scale_s)
     return [
-        Result("report() every step: step time with / without", step_report, step_plain, "ms",
-               "<= 1.01"),
-        Result("one report() call / one training step", call_us, step_plain * 1000, "us",
-               "< 0.01"),
-        Result("report -> widget p50 / bare publish_data p50", lat[0] * 1000, raw[0] * 1000,
-               "ms", note=f"({lat[2]} reports)"),
+        Result(
+            "report() every step: step time with / without",
+            step_report,
+            step_plain,
+            "ms",
+            "<= 1.01",
+        ),
+        Result("one report() call / one training step", call_us, step_plain * 1000, "us", "< 0.01"),
+        Result(
+            "report -> widget p50 / bare publish_data p50",
+            lat[0] * 1000,
+            raw[0] * 1000,
+            "ms",
+            note=f"({lat[2]} reports)",
+        ),
         Result("report -> widget p95 / 250 ms budget", lat[1] * 1000, 250.0, "ms", "< 1"),
         Result("bare publish_data p95 (baseline channel)", raw[1] * 1000, 250.0, "ms"),
-        Result("collector poll p95, 64 ranks x 20/s / 20 ms poll", p95 * 1000, 20.0, "ms",
-               "< 0.5", note=f"(median {p50 * 1000:.2f} ms; {got}/{sent} records)"),
+        Result(
+            "collector poll p95, 64 ranks x 20/s / 20 ms poll",
+            p95 * 1000,
+            20.0,
+            "ms",
+            "< 0.5",
+            note=f"(median {p50 * 1000:.2f} ms; {got}/{sent} records)",
+        ),
     ]
 
 

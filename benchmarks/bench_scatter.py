@@ -62,8 +62,10 @@ def run(cluster, size_mb: float, repeat: int) -> dict[str, float]:
         _clear(view)
     gb = x.nbytes / 1e9
     base = best["ipyparallel view.scatter (baseline)"]
-    print(f"scatter of {x.nbytes / 1e6:.0f} MB float32 to {len(cluster.slots)} engines, "
-          f"best of {repeat}")
+    print(
+        f"scatter of {x.nbytes / 1e6:.0f} MB float32 to {len(cluster.slots)} engines, "
+        f"best of {repeat}"
+    )
     print(f"{'case':<38}{'seconds':>9}{'GB/s':>8}{'vs ipyparallel':>16}")
     for name, s in best.items():
         print(f"{name:<38}{s:>9.3f}{gb / s:>8.2f}{base / s:>16.2f}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__  # written once: extension/package.json
 
 _PUBLIC = {
     # notebook side
@@ -28,7 +28,7 @@ _PUBLIC = {
     "current": "nbdist.notebook.session",
     "Cluster": "nbdist.notebook.session",
     "HostSpec": "nbdist.config",  # start(hosts=[HostSpec("gpu1", engines=4, user="alice")])
-    "pull": "nbdist.notebook.api",
+    "pull": "nbdist.notebook.session",
     "scatter": "nbdist.notebook.data",
     "gather": "nbdist.notebook.data",
     "attach": "nbdist.notebook.attach",

@@ -2,8 +2,12 @@
 
 Why: importing torch costs about 2 s of CPU per process. Engines forked from one warm process
 share that cost, so a 2-engine cluster is ready (process group included) in about half the time
-of engines started one by one, and a dead engine is replaced in a fraction of a second. Forking
-is safe here because nothing has touched CUDA or started a thread when the fork happens.
+of engines started one by one, and a dead engine is replaced in a fraction of a second.
+
+Forking is safe here because the server never starts a thread and never touches CUDA: one loop
+waits on stdin, on a pipe that SIGCHLD wakes, and on a timer that checks the kernel is still
+there (``_lifeline``). A fork from a multi-threaded process can deadlock the child on a lock
+another thread held (Python 3.12 warns about it); this one has no other thread to hold one.
 
 Protocol, lines on stdin/stdout: ``spawn`` → ``pid PID``; ``exit`` → the server leaves. When an
 engine ends, the server says ``exit PID STATUS`` at once (STATUS as ``os.waitstatus_to_exitcode``:
@@ -14,28 +18,27 @@ Runs as ``python -m nbdist._forkserver PROFILE_DIR CLUSTER_ID LOG_DIR``.
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import sys
-import threading
 
-_write_lock = threading.Lock()
+_LIFELINE_PERIOD = 0.5  # seconds between checks that the kernel is still there
 
 
 def _say(line: str) -> None:
-    with _write_lock:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
-def _reap(has_children: threading.Event) -> None:
-    """Collect every engine that ends and report it (no zombies, no silent deaths)."""
+def _reap() -> None:
+    """Collect every engine that has ended and report it (no zombies, no silent deaths)."""
     while True:
-        has_children.wait()
         try:
-            pid, status = os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            has_children.clear()
-            continue
+            return
+        if pid == 0:
+            return
         _say(f"exit {pid} {os.waitstatus_to_exitcode(status)}")
 
 
@@ -45,14 +48,18 @@ def _preload() -> None:
     import torch.distributed  # noqa: F401
 
     import nbdist._lifeline  # noqa: F401
+    import nbdist.worker.api  # noqa: F401
     import nbdist.worker.runner  # noqa: F401
-    import nbdist.worker.setup  # noqa: F401
 
 
-def _engine(profile_dir: str, cluster_id: str, log_dir: str) -> None:
+def _engine(profile_dir: str, cluster_id: str, log_dir: str, inherited: list[int]) -> None:
     """The child: become an ipyparallel engine in a session of its own. Never returns."""
     code = 1
     try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in inherited:  # the server's wake-up pipe is not the engine's
+            os.close(fd)
         os.setsid()  # a notebook interrupt to our group must not reach the engines
         signal.signal(signal.SIGINT, signal.default_int_handler)
         log = os.open(
@@ -86,21 +93,45 @@ def main() -> None:
     import nbdist._lifeline as lifeline
 
     _preload()
-    lifeline.exit_with_parent()
-    has_children = threading.Event()
-    threading.Thread(target=_reap, args=(has_children,), name="reaper", daemon=True).start()
+    kernel_alive = lifeline.parent_check()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)  # SIGCHLD writes a byte here: the loop wakes at once
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    stdin = sys.stdin.fileno()
+    sel = selectors.DefaultSelector()
+    sel.register(stdin, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
     _say("ready")
-    for line in sys.stdin:
-        cmd = line.strip()
-        if cmd == "spawn":
-            with _write_lock:  # no thread may hold this lock in the child
+    pending = b""
+    while True:
+        ready = {key.fd for key, _ in sel.select(_LIFELINE_PERIOD)}
+        if wake_r in ready:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+        _reap()
+        if kernel_alive is not None and not kernel_alive():
+            lifeline.kill_descendants()
+            return
+        if stdin not in ready:
+            continue
+        chunk = os.read(stdin, 4096)
+        if not chunk:  # the kernel closed our stdin: it is gone
+            return
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            cmd = line.strip()
+            if cmd == b"spawn":
                 pid = os.fork()
-            if pid == 0:
-                _engine(profile_dir, cluster_id, log_dir)
-            has_children.set()
-            _say(f"pid {pid}")
-        elif cmd == "exit":
-            break
+                if pid == 0:
+                    _engine(profile_dir, cluster_id, log_dir, [wake_r, wake_w])
+                _say(f"pid {pid}")
+            elif cmd == b"exit":
+                return
 
 
 if __name__ == "__main__":

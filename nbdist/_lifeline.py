@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 
 _PARENT_ENV = "NBDIST_PARENT_PID"
 
 
-def _kill_descendants() -> None:
+def kill_descendants() -> None:
+    """Kill every process this one started (and theirs), by PID."""
     try:
         import psutil
 
@@ -27,19 +29,17 @@ def _kill_descendants() -> None:
         pass
 
 
-def exit_with_parent(period: float = 0.5) -> None:
-    """Exit this process soon after the kernel named by ``$NBDIST_PARENT_PID`` is gone.
-
-    Does nothing where the variable is unset (engines started over ssh: heartbeats cover them).
-    """
+def parent_check() -> Callable[[], bool] | None:
+    """A function telling whether the kernel named by ``$NBDIST_PARENT_PID`` is still there;
+    None where the variable is unset (engines started over ssh: heartbeats cover them)."""
     import psutil
 
     try:
         kernel = psutil.Process(int(os.environ.get(_PARENT_ENV, "0") or 0))
     except (ValueError, psutil.Error):
-        return
+        return None
     if kernel.pid <= 1:
-        return
+        return None
 
     def alive() -> bool:
         try:
@@ -47,10 +47,20 @@ def exit_with_parent(period: float = 0.5) -> None:
         except psutil.Error:
             return False
 
+    return alive
+
+
+def exit_with_parent(period: float = 0.5) -> None:
+    """Exit this process soon after the kernel is gone (a watcher thread; see ``parent_check``;
+    the fork server, which must stay single-threaded, checks from its own loop instead)."""
+    alive = parent_check()
+    if alive is None:
+        return
+
     def watch() -> None:
         while alive():
             time.sleep(period)
-        _kill_descendants()  # the controller's schedulers, an engine's data-loader workers
+        kill_descendants()  # the controller's schedulers, an engine's data-loader workers
         os._exit(0)
 
     threading.Thread(target=watch, name="nbdist-lifeline", daemon=True).start()

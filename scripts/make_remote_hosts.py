@@ -27,18 +27,18 @@ cells = [
         "from nbdist.notebook.hosts import cluster_config\n\n"
         "Path('gpu-cluster.toml').write_text('''\\\n"
         "# Two GPU hosts, one engine per GPU: ranks 0-3 on gpu1, 4-7 on gpu2.\n"
-        "python = \"/opt/conda/envs/train/bin/python\"   # the same environment on every host\n"
-        "interface = \"ib0\"                             # ranks talk over InfiniBand\n"
-        "ssh_options = [\"-i\", \"~/.ssh/id_ed25519\"]\n\n"
+        'python = "/opt/conda/envs/train/bin/python"   # the same environment on every host\n'
+        'interface = "ib0"                             # ranks talk over InfiniBand\n'
+        'ssh_options = ["-i", "~/.ssh/id_ed25519"]\n\n'
         "[[hosts]]\n"
-        "host = \"gpu1.example.org\"\n"
-        "user = \"alice\"\n"
+        'host = "gpu1.example.org"\n'
+        'user = "alice"\n'
         "engines = 4\n\n"
         "[[hosts]]\n"
-        "host = \"gpu2.example.org\"\n"
-        "user = \"alice\"\n"
+        'host = "gpu2.example.org"\n'
+        'user = "alice"\n'
         "engines = 4\n"
-        "environment = { NCCL_DEBUG = \"WARN\" }\n"
+        'environment = { NCCL_DEBUG = "WARN" }\n'
         "''')\n"
         "cfg = cluster_config(cluster_file='gpu-cluster.toml')\n"
         "for h in cfg.remote.hosts:\n"
@@ -65,9 +65,9 @@ cells = [
         "To run this part yourself: have sshd running here, your key in "
         "`~/.ssh/authorized_keys`, and write `localhost.toml`:\n\n"
         "```toml\n"
-        "python = \"/path/to/this/environment/bin/python\"   # sys.executable\n\n"
+        'python = "/path/to/this/environment/bin/python"   # sys.executable\n\n'
         "[[hosts]]\n"
-        "host = \"127.0.0.1\"\n"
+        'host = "127.0.0.1"\n'
         "engines = 2\n"
         "```\n\n"
         "(The tests run this notebook with a cluster file of their own, for an sshd they start.)"

@@ -7,8 +7,22 @@ import queue
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import psutil
 import pytest
+
+#: Jupyter server fixtures (jp_fetch, jp_serverapp) for the server and sidebar tests.
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+# An imbalanced label set: 1000 rows, classes of 700, 200, 77, 20 and 3 rows.
+IMBALANCED = np.repeat(np.arange(5), [700, 200, 77, 20, 3])
+
+
+def within_one_per_class(labels: np.ndarray, parts: list[np.ndarray], world: int) -> None:
+    """Each part holds each class's rows within one of count / world."""
+    for c, count in zip(*np.unique(labels, return_counts=True), strict=True):
+        got = [int((p == c).sum()) for p in parts]
+        assert all(abs(g - count / world) < 1 for g in got), (c, count, got)
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):

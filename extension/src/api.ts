@@ -26,7 +26,13 @@ export interface ICluster {
   error?: string;
 }
 
-/** A run, as the run store lists it. */
+/** A run's status in the store (`telemetry.events.RUN_STATUSES`). */
+export type RunStatus = 'running' | 'ok' | 'failed' | 'interrupted' | 'stopped' | 'lost';
+
+/** A rank's state as the kernel judges it (`telemetry.events.STATES`). */
+export type WorkerState = 'ok' | 'slow' | 'silent' | 'dead';
+
+/** A run, as the run store lists it (`telemetry.events.RUN_FIELDS`). */
 export interface IRun {
   id: number;
   name: string;
@@ -34,7 +40,7 @@ export interface IRun {
   started: number;
   ended: number | null;
   updated: number;
-  status: string;
+  status: RunStatus;
   cluster_id: string;
   world_size: number;
   step: number | null;
@@ -42,9 +48,24 @@ export interface IRun {
   loss: number | null;
   nonfinite: string | null;
   samples_per_s: number | null;
+  options: Record<string, unknown>;
 }
 
-/** One metric row of one rank. */
+/** One rank's failure, as a finished run keeps it. */
+export interface IFailure {
+  rank: number;
+  summary: string;
+  kind: string;
+}
+
+/** One run with what only `runs/ID` returns (`telemetry.events.RUN_DETAIL_FIELDS`). */
+export interface IRunDetail extends IRun {
+  source: string;
+  failures: IFailure[];
+  kernel_pid: number | null;
+}
+
+/** One metric row of one rank (`telemetry.events.METRIC_COLUMNS`, with its row id). */
 export interface IMetric {
   id: number;
   time: number;
@@ -53,19 +74,33 @@ export interface IMetric {
   loss: number | null;
   nonfinite: string | null;
   samples: number | null;
+  extra: Record<string, unknown>;
 }
 
-/** One rank's latest health. `state`: ok, slow, silent or dead. */
+/** One rank's latest health (`telemetry.events.WorkerHealth`). */
 export interface IWorker {
   rank: number;
   time: number;
   host: string;
-  state: string;
+  state: WorkerState;
   cpu: number | null;
   rss: number | null;
+  gpu_util: number | null;
+  gpu_mem: number | null;
   step_time: number | null;
+  comm_share: number | null;
   heartbeat_age: number | null;
   last_report_age: number | null;
+}
+
+/** One event of a run (`telemetry.events.RunEvent`, with its row id); `rank` null: the run's. */
+export interface IEvent {
+  id: number;
+  time: number;
+  kind: string;
+  rank: number | null;
+  message: string;
+  data: Record<string, unknown>;
 }
 
 export function listClusters(): Promise<{ clusters: ICluster[] }> {

@@ -1,6 +1,8 @@
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 
 import { nbdistIcon } from './icon';
+// The panel goes into the shell at activation, so it is needed at once: no lazy import.
+// eslint-disable-next-line jupyter/prefer-lazy-imports
 import { SidebarPanel } from './panel';
 
 /**

@@ -52,8 +52,12 @@ export function Sidebar(props: ISidebarProps): JSX.Element {
           </Empty>
         ) : (
           state.clusters.map(c => (
-            <ClusterRow key={c.cluster_id ?? `pid-${c.pid}`} cluster={c} busy={state.busy}
-              onStop={props.onStop} />
+            <ClusterRow
+              key={c.cluster_id ?? `pid-${c.pid}`}
+              cluster={c}
+              busy={state.busy}
+              onStop={props.onStop}
+            />
           ))
         )}
       </Section>
@@ -62,8 +66,8 @@ export function Sidebar(props: ISidebarProps): JSX.Element {
           <RunDetail run={state.focus} curve={state.curve} workers={state.workers} />
         ) : (
           <Empty>
-            No run yet: run a <code>%%distributed</code> cell; it shows here, with its progress
-            when it calls <code>nbdist.report(step=..., loss=...)</code>.
+            No run yet: run a <code>%%distributed</code> cell; it shows here, with its progress when
+            it calls <code>nbdist.report(step=..., loss=...)</code>.
           </Empty>
         )}
       </Section>
@@ -107,9 +111,13 @@ function StartForm(props: { busy: boolean; onStart: (n: number) => void }): JSX.
           onChange={e => setN(e.target.value)}
         />
       </label>
-      <Button type="submit" small disabled={props.busy}
+      <Button
+        type="submit"
+        small
+        disabled={props.busy}
         className="jp-mod-styled jp-mod-accept jp-nbdist-startButton"
-        title="Start a local cluster of this many engines">
+        title="Start a local cluster of this many engines"
+      >
         Start cluster
       </Button>
     </form>
@@ -130,9 +138,14 @@ function ClusterRow(props: {
         <span className={`jp-nbdist-dot jp-nbdist-state-${c.state}`} />
         <span className="jp-nbdist-clusterId">{c.cluster_id ?? `starting (pid ${c.pid})`}</span>
         {canStop && (
-          <Button small minimal disabled={props.busy} className="jp-nbdist-stopButton"
+          <Button
+            small
+            minimal
+            disabled={props.busy}
+            className="jp-nbdist-stopButton"
             title="Stop this cluster and its engines"
-            onClick={() => props.onStop(c.cluster_id as string)}>
+            onClick={() => props.onStop(c.cluster_id as string)}
+          >
             Stop
           </Button>
         )}
@@ -179,8 +192,11 @@ function RunDetail(props: {
         <span className="jp-nbdist-meta">{r.status}</span>
       </div>
       <div className="jp-nbdist-figures">
-        <Figure label="step" testid="nbdist-step"
-          value={r.step === null ? '–' : `${r.step}${r.total ? ` / ${r.total}` : ''}`} />
+        <Figure
+          label="step"
+          testid="nbdist-step"
+          value={r.step === null ? '–' : `${r.step}${r.total ? ` / ${r.total}` : ''}`}
+        />
         <Figure label="loss" testid="nbdist-loss" value={lossText(r)} />
         <Figure label="samples/s" testid="nbdist-rate" value={num(r.samples_per_s)} />
         <Figure label="time" value={duration(r.started, r.ended ?? r.updated)} />
@@ -194,7 +210,9 @@ function RunDetail(props: {
 function Figure(props: { label: string; value: string; testid?: string }): JSX.Element {
   return (
     <div className="jp-nbdist-figure">
-      <div className="jp-nbdist-figureValue" data-testid={props.testid}>{props.value}</div>
+      <div className="jp-nbdist-figureValue" data-testid={props.testid}>
+        {props.value}
+      </div>
       <div className="jp-nbdist-figureLabel">{props.label}</div>
     </div>
   );
@@ -204,7 +222,9 @@ function Figure(props: { label: string; value: string; testid?: string }): JSX.E
 export function LossCurve(props: { points: { step: number; loss: number }[] }): JSX.Element {
   const pts = props.points;
   if (pts.length < 2) {
-    return <div className="jp-nbdist-curve jp-nbdist-curveEmpty">loss curve: waiting for reports</div>;
+    return (
+      <div className="jp-nbdist-curve jp-nbdist-curveEmpty">loss curve: waiting for reports</div>
+    );
   }
   const W = 200;
   const H = 48;
@@ -217,8 +237,12 @@ export function LossCurve(props: { points: { step: number; loss: number }[] }): 
   const line = pts.map(p => `${sx(p.step).toFixed(1)},${sy(p.loss).toFixed(1)}`).join(' ');
   return (
     <div className="jp-nbdist-curve">
-      <svg viewBox={`0 0 ${W} ${H}`} preserveAspectRatio="none" role="img"
-        aria-label={`loss from ${num(losses[0])} to ${num(losses[losses.length - 1])}`}>
+      <svg
+        viewBox={`0 0 ${W} ${H}`}
+        preserveAspectRatio="none"
+        role="img"
+        aria-label={`loss from ${num(losses[0])} to ${num(losses[losses.length - 1])}`}
+      >
         <polyline points={line} fill="none" vectorEffect="non-scaling-stroke" />
       </svg>
       <div className="jp-nbdist-curveAxis">
@@ -237,9 +261,14 @@ function WorkerGrid(props: { workers: IWorker[]; worldSize: number }): JSX.Eleme
     <div>
       <div className="jp-nbdist-workers" role="list" aria-label="workers">
         {props.workers.map(w => (
-          <div key={w.rank} role="listitem" data-rank={w.rank} data-state={w.state}
+          <div
+            key={w.rank}
+            role="listitem"
+            data-rank={w.rank}
+            data-state={w.state}
             className={`jp-nbdist-worker jp-nbdist-state-${STATES.includes(w.state) ? w.state : 'unknown'}`}
-            title={workerTitle(w)}>
+            title={workerTitle(w)}
+          >
             <span className="jp-nbdist-workerRank">{w.rank}</span>
             <span className="jp-nbdist-workerState">{w.state}</span>
           </div>
@@ -247,7 +276,10 @@ function WorkerGrid(props: { workers: IWorker[]; worldSize: number }): JSX.Eleme
       </div>
       <div className="jp-nbdist-legend">
         {STATES.map(s => (
-          <span key={s}><span className={`jp-nbdist-dot jp-nbdist-state-${s}`} />{s}</span>
+          <span key={s}>
+            <span className={`jp-nbdist-dot jp-nbdist-state-${s}`} />
+            {s}
+          </span>
         ))}
       </div>
     </div>
@@ -258,8 +290,13 @@ function RunList(props: { runs: IRun[] }): JSX.Element {
   return (
     <ul className="jp-nbdist-runs">
       {props.runs.map(r => (
-        <li key={r.id} className="jp-nbdist-pastRun" data-run-id={r.id} data-status={r.status}
-          title={`started ${new Date(r.started * 1000).toLocaleString()}`}>
+        <li
+          key={r.id}
+          className="jp-nbdist-pastRun"
+          data-run-id={r.id}
+          data-status={r.status}
+          title={`started ${new Date(r.started * 1000).toLocaleString()}`}
+        >
           <div className="jp-nbdist-runHead">
             <span className={`jp-nbdist-dot jp-nbdist-run-${r.status}`} />
             <span className="jp-nbdist-runName">{runTitle(r)}</span>

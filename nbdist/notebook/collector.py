@@ -7,6 +7,8 @@ there; popping means nothing is read twice and nothing is overwritten), folds th
 to what arrived, so 64 ranks reporting 20 times a second cost the kernel little.
 
 ``classify`` is the health verdict, a pure function: ok, slow (a straggler), silent, dead.
+The records are ``telemetry.events``'s: ``Batch`` in; ``MetricRecord`` and ``RunEvent`` out,
+through the ``on_*`` hooks.
 """
 
 from __future__ import annotations
@@ -15,11 +17,16 @@ import math
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..config import TelemetryConfig
 from ..telemetry import events as ev
+from ..telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
+
+if TYPE_CHECKING:
+    from .supervisor import RankRun
 
 _MAX_POINTS = 4000  # loss points kept per rank for the charts (older ones thinned)
 _RATE_WINDOW = 5.0  # seconds of records behind samples/s and the ETA
@@ -60,7 +67,7 @@ class RankState:
     last_record: float | None = None  # engine time of the latest metric record
     last_seen: float | None = None  # notebook time of the latest batch (the heartbeat)
     step_time: float | None = None  # smoothed seconds per step
-    health: dict = field(default_factory=dict)
+    health: HealthSample | None = None  # the latest sample
     state: str = ev.OK
     outcome: str | None = None  # None while running; ok | failed | died
     nonfinite: str | None = None  # "nan" / "inf" once a non-finite loss was seen
@@ -72,8 +79,9 @@ class RankState:
     _last_step_at: tuple | None = None  # (engine time, step) of the previous record
 
 
-def classify(ranks: dict[int, RankState], now: float, started: float,
-             cfg: TelemetryConfig) -> dict[int, str]:
+def classify(
+    ranks: dict[int, RankState], now: float, started: float, cfg: TelemetryConfig
+) -> dict[int, str]:
     """Each rank's state: dead (engine gone), silent (no news), slow (a straggler), or ok.
 
     Silent: no batch at all for ``silent_after`` s (the engine is stuck or unreachable); or,
@@ -93,7 +101,7 @@ def classify(ranks: dict[int, RankState], now: float, started: float,
             out[r.rank] = ev.OK
         elif now - (r.last_seen or started) > cfg.silent_after:
             out[r.rank] = ev.SILENT
-        elif reporting and _quiet_for(r, now, started) > quiet_limit:
+        elif reporting and quiet_for(r, now, started) > quiet_limit:
             out[r.rank] = ev.SILENT
         elif median and r.step_time and r.step_time > cfg.slow_factor * median:
             out[r.rank] = ev.SLOW
@@ -102,24 +110,29 @@ def classify(ranks: dict[int, RankState], now: float, started: float,
     return out
 
 
-def _quiet_for(r: RankState, now: float, started: float) -> float:
+def quiet_for(r: RankState, now: float, started: float) -> float:
     """Seconds since this rank's last report, measured on its own clock when possible."""
     h = r.health
-    if r.last_record is not None and h.get("time"):
-        return max(0.0, h["time"] - r.last_record) + (now - (r.last_seen or now))
+    if r.last_record is not None and h is not None and h.time:
+        return max(0.0, h.time - r.last_record) + (now - (r.last_seen or now))
     return now - started if r.last_record is None else 0.0
 
 
 class Collector:
     """Folds the engines' batches into per-rank state; calls ``on_*`` hooks as things arrive.
 
-    ``on_records(rank, records)``: metric tuples (``events.METRIC_FIELDS``), in arrival order;
-    ``on_event(kind, rank, message, data, at)``: engine events, NaN losses, state changes;
-    ``on_health(rank, sample)``: each health sample.
+    ``on_records(rank, records)``: a batch's ``MetricRecord``s, in arrival order;
+    ``on_event(event)``: a ``RunEvent``: engine events, NaN losses, changes of state.
+    Each rank's latest ``HealthSample`` is its ``RankState.health``.
     """
 
-    def __init__(self, ranks: list[int], cfg: TelemetryConfig | None = None,
-                 total: int | None = None, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        ranks: list[int],
+        cfg: TelemetryConfig | None = None,
+        total: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
         self.cfg = cfg or TelemetryConfig()
         self.clock = clock
         self.started = clock()
@@ -130,15 +143,15 @@ class Collector:
         self._mean_cache: tuple = (-1, False, Series())
         self.first_record: float | None = None  # engine time
         self.rate_window: deque = deque()  # (engine time, samples) across ranks
+        self._window_sum = 0.0  # samples in rate_window
         self.batches = 0
         self.records = 0
         self.pending: list[float] = []  # engine times of records not yet shown
-        self.on_records: Callable | None = None
-        self.on_event: Callable | None = None
-        self.on_health: Callable | None = None
+        self.on_records: Callable[[int, list[MetricRecord]], None] | None = None
+        self.on_event: Callable[[RunEvent], None] | None = None
 
     # -- input ------------------------------------------------------------------------------
-    def poll(self, ranks: dict) -> int:
+    def poll(self, ranks: Mapping[int, RankRun]) -> int:
         """Take what arrived from the supervisor's ranks; return the number of batches read."""
         n = 0
         for r, rk in ranks.items():
@@ -150,37 +163,36 @@ class Collector:
             if data:
                 for k in [k for k in list(data) if k.startswith(ev.KEY_PREFIX)]:
                     b = data.pop(k, None)
-                    if isinstance(b, dict) and b.get("v") == ev.VERSION:
+                    if isinstance(b, Batch) and b.v == ev.VERSION:
                         self.ingest(r, b)
                         n += 1
             self._read_log(st, md.get("stdout") or "")
-            if st.outcome is None and rk.outcome is not None:
-                kind = rk.outcome.get("kind")
-                st.outcome = "ok" if rk.outcome.get("ok") else (
-                    "died" if kind in ("died", "hung") else "failed")
+            out = rk.outcome  # a protocol.CellOutcome once the rank's cell has ended
+            if st.outcome is None and out is not None:
+                st.outcome = (
+                    "ok" if out.ok else ("died" if out.kind in ("died", "hung") else "failed")
+                )
         return n
 
-    def ingest(self, rank: int, batch: dict) -> None:
-        """Fold one batch from ``rank`` into the state."""
+    def ingest(self, rank: int, batch: Batch) -> None:
+        """Fold one batch from ``rank`` (the supervisor's rank, which names it) into the state."""
         st = self.ranks.setdefault(rank, RankState(rank, log=deque(maxlen=self.cfg.log_lines)))
         st.last_seen = self.clock()
         self.batches += 1
-        recs = batch.get("metrics") or []
+        recs = batch.metrics
         for rec in recs:
             self._record(st, rec)
         if recs and self.on_records is not None:
             self.on_records(rank, recs)
-        h = batch.get("health")
-        if h:
+        h = batch.health
+        if h is not None:
             st.health = h
-            st.host = h.get("host", st.host)
-            st.pid = h.get("pid", st.pid)
-            if self.on_health is not None:
-                self.on_health(rank, h)
-        for t, kind, message, data in batch.get("events") or []:
-            self._event(kind, rank, message, data or {}, at=t)
+            st.host = h.host or st.host
+            st.pid = h.pid or st.pid
+        for e in batch.events:
+            self._event(e.kind, rank, e.message, e.data or {}, at=e.time)
 
-    def _record(self, st: RankState, rec) -> None:
+    def _record(self, st: RankState, rec: MetricRecord) -> None:
         t, step, loss, samples, total, _extra = rec
         self.records += 1
         self.pending.append(t)
@@ -193,6 +205,7 @@ class Collector:
         if samples:
             st.samples += samples
             self.rate_window.append((t, samples))
+            self._window_sum += samples
         if step is not None:
             if self.first_step is None or step < self.first_step:
                 self.first_step = step
@@ -209,8 +222,9 @@ class Collector:
                 if st.nonfinite is None:
                     st.nonfinite = "nan" if math.isnan(loss) else "inf"
                     at = f" at step {step}" if step is not None else ""
-                    self._event("nan", st.rank, f"loss is {loss}{at}",
-                                {"step": step, "loss": str(loss)})
+                    self._event(
+                        "nan", st.rank, f"loss is {loss}{at}", {"step": step, "loss": str(loss)}
+                    )
             elif step is not None:
                 st.losses.add(step, loss)
                 acc = self.mean.get(step)
@@ -224,15 +238,16 @@ class Collector:
     def _read_log(self, st: RankState, text: str) -> None:
         if len(text) == st._shown:
             return
-        new, st._shown = text[st._shown:], len(text)
+        new, st._shown = text[st._shown :], len(text)
         lines = (st._partial + new).split("\n")
         st._partial = lines.pop()
-        st.log.extend(line.rstrip("\r") for line in lines[-st.log.maxlen:])
+        st.log.extend(line.rstrip("\r") for line in lines[-st.log.maxlen :])
 
-    def _event(self, kind: str, rank: int | None, message: str, data: dict,
-               at: float | None = None) -> None:
+    def _event(
+        self, kind: str, rank: int | None, message: str, data: dict, at: float | None = None
+    ) -> None:
         if self.on_event is not None:
-            self.on_event(kind, rank, message, data, at)
+            self.on_event(RunEvent(at or time.time(), kind, rank, message, data or None))
 
     # -- verdicts ---------------------------------------------------------------------------
     def update_states(self) -> None:
@@ -264,9 +279,9 @@ class Collector:
             return None
         end = max(s.last_record or 0 for s in self.ranks.values())
         while w and w[0][0] < end - _RATE_WINDOW:
-            w.popleft()
+            self._window_sum -= w.popleft()[1]
         span = min(_RATE_WINDOW, end - self.first_record)
-        return sum(s for _, s in w) / span if span > 0.05 else None
+        return self._window_sum / span if span > 0.05 else None
 
     def eta(self) -> float | None:
         """Seconds left, from the slowest rank's recent pace, when the total is known."""
@@ -295,8 +310,11 @@ class Collector:
         key = (self.records, final)
         if self._mean_cache[:2] == key:
             return self._mean_cache[2]
-        live = [s.step for s in self.ranks.values()
-                if s.step is not None and s.state not in (ev.SILENT, ev.DEAD)]
+        live = [
+            s.step
+            for s in self.ranks.values()
+            if s.step is not None and s.state not in (ev.SILENT, ev.DEAD)
+        ]
         upto = max(self.mean, default=0) if final or not live else min(live)
         steps = sorted(k for k in self.mean if k <= upto)
         stride = len(steps) // _MAX_POINTS + 1

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -21,14 +20,36 @@ import ipywidgets as w
 
 from ..config import TelemetryConfig
 from ..telemetry import events as ev
+from ..telemetry.events import RunEvent
+from .charts import figure_png, plot, render_chart, warm_up
 from .collector import Collector, RankState
 
 COLOURS = {ev.OK: "#2e7d32", ev.SLOW: "#ef6c00", ev.SILENT: "#9e9d24", ev.DEAD: "#c62828"}
-_EVENT_COLOURS = {"nan": "#c62828", "died": "#c62828", "dead": "#c62828", "failed": "#c62828",
-                  "slow": "#ef6c00", "silent": "#9e9d24", "restart": "#1565c0",
-                  "checkpoint": "#1565c0", "recovered": "#2e7d32", "warning": "#ef6c00"}
-_COLUMNS = ("rank", "host", "state", "step", "loss", "step ms", "cpu %", "rss MB", "gpu",
-            "comm %", "quiet s")
+_EVENT_COLOURS = {
+    "nan": "#c62828",
+    "died": "#c62828",
+    "dead": "#c62828",
+    "failed": "#c62828",
+    "slow": "#ef6c00",
+    "silent": "#9e9d24",
+    "restart": "#1565c0",
+    "checkpoint": "#1565c0",
+    "recovered": "#2e7d32",
+    "warning": "#ef6c00",
+}
+_COLUMNS = (
+    "rank",
+    "host",
+    "state",
+    "step",
+    "loss",
+    "step ms",
+    "cpu %",
+    "rss MB",
+    "gpu",
+    "comm %",
+    "quiet s",
+)
 _TABLE_ROWS_PNG = 16
 
 
@@ -46,29 +67,42 @@ def _fmt(x, spec: str = ".4g", none: str = "-") -> str:
 
 
 def rank_row(st: RankState, now: float) -> dict:
-    """One worker-table row, as plain data (the widget, the picture and the store share it)."""
-    h = st.health
+    """One worker-table row, as plain data (the widget and the picture share it)."""
+    h = st.health  # a HealthSample, or None before the first
     quiet = None
     if st.last_seen is not None:
         quiet = now - st.last_seen
     gpu = None
-    if h.get("gpu_util") is not None or h.get("gpu_mem") is not None:
-        mem = (h.get("gpu_mem") or 0) / 2**20
-        gpu = f"{_fmt(h.get('gpu_util'), '.0f', '?')}% {mem:.0f}MB"
+    if h is not None and (h.gpu_util is not None or h.gpu_mem is not None):
+        mem = (h.gpu_mem or 0) / 2**20
+        gpu = f"{_fmt(h.gpu_util, '.0f', '?')}% {mem:.0f}MB"
     return {
-        "rank": st.rank, "host": st.host, "state": st.state, "step": st.step,
+        "rank": st.rank,
+        "host": st.host,
+        "state": st.state,
+        "step": st.step,
         "loss": st.loss if st.nonfinite is None else float(st.nonfinite),
-        "step_time": st.step_time, "cpu": h.get("cpu"), "rss": h.get("rss"), "gpu": gpu,
-        "comm_share": h.get("comm_share"), "quiet": quiet,
+        "step_time": st.step_time,
+        "cpu": h and h.cpu,
+        "rss": h and h.rss,
+        "gpu": gpu,
+        "comm_share": h and h.comm_share,
+        "quiet": quiet,
     }
 
 
 def _cells(row: dict) -> list[str]:
     return [
-        str(row["rank"]), row["host"] or "?", row["state"], _fmt(row["step"], "d"),
-        _fmt(row["loss"]), _fmt(row["step_time"] and row["step_time"] * 1000, ".0f"),
-        _fmt(row["cpu"], ".0f"), _fmt(row["rss"] and row["rss"] / 2**20, ".0f"),
-        row["gpu"] or "-", _fmt(row["comm_share"] and row["comm_share"] * 100, ".0f"),
+        str(row["rank"]),
+        row["host"] or "?",
+        row["state"],
+        _fmt(row["step"], "d"),
+        _fmt(row["loss"]),
+        _fmt(row["step_time"] and row["step_time"] * 1000, ".0f"),
+        _fmt(row["cpu"], ".0f"),
+        _fmt(row["rss"] and row["rss"] / 2**20, ".0f"),
+        row["gpu"] or "-",
+        _fmt(row["comm_share"] and row["comm_share"] * 100, ".0f"),
         _fmt(row["quiet"], ".1f"),
     ]
 
@@ -80,8 +114,9 @@ class Dashboard:
         self.cfg = cfg or TelemetryConfig()
         self.title = title
         self.header = w.HTML()
-        self.progress = w.IntProgress(value=0, min=0, max=1, bar_style="info",
-                                      layout=w.Layout(width="40%"))
+        self.progress = w.IntProgress(
+            value=0, min=0, max=1, bar_style="info", layout=w.Layout(width="40%")
+        )
         self.status = w.Label()
         self.alert = w.HTML()
         # hidden until the first chart is drawn (an empty Image shows as a broken picture)
@@ -89,10 +124,18 @@ class Dashboard:
         self.table = w.HTML()
         self.logs = w.Textarea(disabled=True, layout=w.Layout(width="100%", height="8em"))
         self.events_box = w.HTML()
-        self.widget = w.VBox([
-            self.header, w.HBox([self.progress, self.status]), self.alert, self.chart,
-            self.table, w.Label("last lines of each rank's output"), self.logs, self.events_box,
-        ])
+        self.widget = w.VBox(
+            [
+                self.header,
+                w.HBox([self.progress, self.status]),
+                self.alert,
+                self.chart,
+                self.table,
+                w.Label("last lines of each rank's output"),
+                self.logs,
+                self.events_box,
+            ]
+        )
         self.rows: list[dict] = []  # the table, as data
         self.throughput: tuple[list, list] = ([], [])  # (seconds since start, samples/s)
         self.updates = 0
@@ -102,7 +145,7 @@ class Dashboard:
         self._drawn_records = -1
         # Charts are drawn off the kernel's main thread (100+ ms each), then shown by update().
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="nbdist-chart")
-        self._pending: Future | None = self._pool.submit(_warm_up)
+        self._pending: Future | None = self._pool.submit(warm_up)
 
     # -- display ----------------------------------------------------------------------------
     def show(self) -> None:
@@ -119,8 +162,11 @@ class Dashboard:
         return data
 
     # -- drawing ----------------------------------------------------------------------------
-    def update(self, col: Collector, events: list[dict], status: str, final: bool = False) -> None:
-        """Show the collector's state: numbers every call, charts and tables when due."""
+    def update(
+        self, col: Collector, events: list[RunEvent], status: str, final: bool = False
+    ) -> None:
+        """Show the collector's state: numbers every call, charts and tables when due.
+        ``status``: the run's (running, recovering, or how it ended)."""
         now = col.clock()
         self.updates += 1
         done, total = col.done(), col.total
@@ -135,7 +181,9 @@ class Dashboard:
         elif done:
             self.progress.max = max(self.progress.max, done)
             self.progress.value = done
-        self.progress.bar_style = {"ok": "success", "running": "info"}.get(status, "danger")
+        self.progress.bar_style = {"ok": "success", "running": "info", "recovering": "warning"}.get(
+            status, "danger"
+        )
         rate = col.samples_per_s()
         parts = [f"step {done if done is not None else '-'}" + (f" / {total}" if total else "")]
         if total and done is not None:
@@ -151,7 +199,8 @@ class Dashboard:
         bad = [st for st in col.ranks.values() if st.nonfinite]
         self.alert.value = "".join(
             f'<div style="color:white;background:#c62828;padding:2px 6px">loss is '
-            f"{html.escape(st.nonfinite)} on rank {st.rank}</div>" for st in bad
+            f"{html.escape(st.nonfinite)} on rank {st.rank}</div>"
+            for st in bad
         )
         self._take_chart()
         if final or now - self._last_chart >= self.cfg.chart_interval:
@@ -161,19 +210,20 @@ class Dashboard:
                 self.throughput[1].append(rate or 0.0)
             self._slow_parts(col, events, now, final)
 
-    def _slow_parts(self, col: Collector, events: list[dict], now: float, final: bool) -> None:
+    def _slow_parts(self, col: Collector, events: list[RunEvent], now: float, final: bool) -> None:
         self.rows = [rank_row(st, now) for st in sorted(col.ranks.values(), key=lambda s: s.rank)]
         self.table.value = self._table_html()
         self.logs.value = "\n".join(
-            f"[rank {st.rank}] {line}" for st in sorted(col.ranks.values(), key=lambda s: s.rank)
+            f"[rank {st.rank}] {line}"
+            for st in sorted(col.ranks.values(), key=lambda s: s.rank)
             for line in st.log
         )
         self.events_box.value = "".join(
-            f'<div><span style="color:{_EVENT_COLOURS.get(e["kind"], "#555")}">'
-            f'{time.strftime("%H:%M:%S", time.localtime(e["time"]))} '
-            f'{html.escape(str(e["kind"]))}</span>'
-            f'{html.escape(" rank " + str(e["rank"]) if e.get("rank") is not None else "")}: '
-            f'{html.escape(str(e.get("message") or ""))}</div>'
+            f'<div><span style="color:{_EVENT_COLOURS.get(e.kind, "#555")}">'
+            f"{time.strftime('%H:%M:%S', time.localtime(e.time))} "
+            f"{html.escape(str(e.kind))}</span>"
+            f"{html.escape(' rank ' + str(e.rank) if e.rank is not None else '')}: "
+            f"{html.escape(str(e.message or ''))}</div>"
             for e in events[-12:]
         )
         self._take_chart(wait=final)
@@ -181,9 +231,9 @@ class Dashboard:
             data = self._chart_data(col)
             self._drawn_records = col.records
             if final:
-                self._set_chart(_render_chart(data))
+                self._set_chart(render_chart(data))
             elif self._pending is None:
-                self._pending = self._pool.submit(_render_chart, data)
+                self._pending = self._pool.submit(render_chart, data)
 
     def _take_chart(self, wait: bool = False) -> None:
         """Show the chart drawn in the background, if it is ready."""
@@ -203,8 +253,10 @@ class Dashboard:
         """A copy of what the charts show, for the drawing thread."""
         mean = col.mean_series()
         return {
-            "ranks": [(st.rank, list(st.losses.steps), list(st.losses.values))
-                      for st in sorted(col.ranks.values(), key=lambda s: s.rank)],
+            "ranks": [
+                (st.rank, list(st.losses.steps), list(st.losses.values))
+                for st in sorted(col.ranks.values(), key=lambda s: s.rank)
+            ],
             "mean": (list(mean.steps), list(mean.values)),
             "rate": (list(self.throughput[0]), list(self.throughput[1])),
         }
@@ -220,15 +272,18 @@ class Dashboard:
                     style += f";color:white;background:{COLOURS.get(row['state'], '#555')}"
                 tds.append(f"<td style='{style}'>{html.escape(cell)}</td>")
             body.append("<tr>" + "".join(tds) + "</tr>")
-        return (f"<table style='font-family:monospace;font-size:12px'><tr>{head}</tr>"
-                + "".join(body) + "</table>")
+        return (
+            f"<table style='font-family:monospace;font-size:12px'><tr>{head}</tr>"
+            + "".join(body)
+            + "</table>"
+        )
 
     # -- pictures ---------------------------------------------------------------------------
     def chart_png(self, col: Collector) -> bytes:
         """The loss and throughput charts, as PNG bytes."""
-        return _render_chart(self._chart_data(col))
+        return render_chart(self._chart_data(col))
 
-    def picture(self, col: Collector, events: list[dict], status: str) -> bytes:
+    def picture(self, col: Collector, events: list[RunEvent], status: str) -> bytes:
         """The whole dashboard as one static PNG: for renderers that cannot show widgets."""
         from matplotlib.figure import Figure
 
@@ -242,15 +297,20 @@ class Dashboard:
         chart_h = 2.6 / height
         loss_ax = fig.add_axes((0.07, top - chart_h - 0.05 / height, 0.55, chart_h - 0.3 / height))
         rate_ax = fig.add_axes((0.72, top - chart_h - 0.05 / height, 0.26, chart_h - 0.3 / height))
-        _plot(self._chart_data(col), loss_ax, rate_ax)
+        plot(self._chart_data(col), loss_ax, rate_ax)
         table_top = top - chart_h - 0.35 / height
         table_h = 0.22 * (len(rows) + 1) / height
         if rows:
             tab_ax = fig.add_axes((0.01, table_top - table_h, 0.98, table_h))
             tab_ax.axis("off")
             cells = [_cells(r) for r in rows]
-            table = tab_ax.table(cellText=cells, colLabels=list(_COLUMNS), loc="upper left",
-                                 cellLoc="left", bbox=(0, 0, 1, 1))
+            table = tab_ax.table(
+                cellText=cells,
+                colLabels=list(_COLUMNS),
+                loc="upper left",
+                cellLoc="left",
+                bbox=(0, 0, 1, 1),
+            )
             table.auto_set_font_size(False)
             table.set_fontsize(7.5)
             for i, r in enumerate(rows, start=1):
@@ -262,13 +322,18 @@ class Dashboard:
             fig.text(0.01, y, f"... and {more} more ranks", fontsize=8)
             y -= 0.2 / height
         for e in events[-5:]:
-            rank = f" rank {e['rank']}" if e.get("rank") is not None else ""
-            fig.text(0.01, y, f"{e['kind']}{rank}: {e.get('message', '')}"[:140], fontsize=8,
-                     color=_EVENT_COLOURS.get(e["kind"], "#333"))
+            rank = f" rank {e.rank}" if e.rank is not None else ""
+            fig.text(
+                0.01,
+                y,
+                f"{e.kind}{rank}: {e.message}"[:140],
+                fontsize=8,
+                color=_EVENT_COLOURS.get(e.kind, "#333"),
+            )
             y -= 0.2 / height
-        return _png(fig)
+        return figure_png(fig)
 
-    def finish(self, col: Collector, events: list[dict], status: str) -> bytes:
+    def finish(self, col: Collector, events: list[RunEvent], status: str) -> bytes:
         """Final update; the output keeps the live widget and gains a static picture of it."""
         self.update(col, events, status, final=True)
         png = self.picture(col, events, status)
@@ -276,53 +341,3 @@ class Dashboard:
         if self._handle is not None:
             self._handle.update(self._bundle(png), raw=True)
         return png
-
-
-def _warm_up() -> bytes:
-    """Import matplotlib off the main thread while the cell starts (about half a second)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
-    from matplotlib.figure import Figure  # noqa: F401
-
-    return b""
-
-
-def _plot(data: dict, loss_ax, rate_ax) -> None:
-    ranks = data["ranks"]
-    many = len(ranks) > 8
-    for rank, steps, values in ranks:
-        if steps:
-            loss_ax.plot(steps, values, lw=0.8, alpha=0.35 if many else 0.7,
-                         label=None if many else f"rank {rank}")
-    steps, values = data["mean"]
-    if steps:
-        loss_ax.plot(steps, values, color="black", lw=1.8, label="mean")
-    loss_ax.set_xlabel("step")
-    loss_ax.set_ylabel("loss")
-    loss_ax.grid(alpha=0.3)
-    if loss_ax.lines:
-        loss_ax.legend(fontsize=7, loc="upper right")
-    t, v = data["rate"]
-    rate_ax.plot(t, v, color="#1565c0")
-    rate_ax.set_xlabel("seconds")
-    rate_ax.set_ylabel("samples/s")
-    rate_ax.set_ylim(bottom=0)
-    rate_ax.grid(alpha=0.3)
-
-
-def _render_chart(data: dict) -> bytes:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9, 2.8), dpi=80)
-    loss_ax, rate_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1]})
-    _plot(data, loss_ax, rate_ax)
-    fig.tight_layout()
-    return _png(fig)
-
-
-def _png(fig) -> bytes:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()

@@ -39,9 +39,24 @@ from ..errors import UsageError
 
 #: Keys a cluster file's top level may hold (besides ``hosts`` and ``launcher_options``).
 _FILE_KEYS = {
-    "launcher", "ip", "python", "interface", "ssh_options", "env_check", "allow_mixed",
-    "connect_timeout", "remote_dir", "n", "engines", "threads_per_engine", "backend",
-    "start_timeout", "group_timeout", "heartbeat_ms", "hosts", "launcher_options",
+    "launcher",
+    "ip",
+    "python",
+    "interface",
+    "ssh_options",
+    "env_check",
+    "allow_mixed",
+    "connect_timeout",
+    "remote_dir",
+    "n",
+    "engines",
+    "threads_per_engine",
+    "backend",
+    "start_timeout",
+    "group_timeout",
+    "heartbeat_ms",
+    "hosts",
+    "launcher_options",
 }
 _HOST_KEYS = {f.name for f in dataclasses.fields(HostSpec)} | {"host"}
 _HOST_DEFAULTS = ("python", "interface", "ssh_options")  # top-level defaults for every host
@@ -87,16 +102,16 @@ def _host(values: dict, where: str) -> HostSpec:
             f"{', '.join(sorted(_HOST_KEYS - {'name'}))}"
         )
     if "name" not in values:
-        raise UsageError(f"{where}: every [[hosts]] entry needs host = \"name\"")
+        raise UsageError(f'{where}: every [[hosts]] entry needs host = "name"')
     opts = values.get("ssh_options", ())
     if isinstance(opts, str):
         opts = shlex.split(opts)
     if not isinstance(opts, (list, tuple)) or not all(isinstance(o, str) for o in opts):
-        raise UsageError(f"{where}: ssh_options must be a list of strings, like [\"-i\", \"key\"]")
+        raise UsageError(f'{where}: ssh_options must be a list of strings, like ["-i", "key"]')
     values["ssh_options"] = tuple(opts)
     env = values.get("environment") or {}
     if not isinstance(env, dict):
-        raise UsageError(f"{where}: environment must be a table of NAME = \"value\"")
+        raise UsageError(f'{where}: environment must be a table of NAME = "value"')
     values["environment"] = {str(k): str(v) for k, v in env.items()}
     try:
         return HostSpec(**values)
@@ -198,11 +213,13 @@ def cluster_config(n: int | None = None, **options) -> ClusterConfig:
     if isinstance(hosts, str):
         specs = parse_hosts(hosts, **defaults)
     elif hosts:
-        specs = tuple(h if isinstance(h, HostSpec) else _host({**defaults, **h}, where)
-                      for h in hosts)
+        specs = tuple(
+            h if isinstance(h, HostSpec) else _host({**defaults, **h}, where) for h in hosts
+        )
     else:
-        specs = tuple(_host({**defaults, **h}, f"{where}, host {i + 1}")
-                      for i, h in enumerate(file_hosts))
+        specs = tuple(
+            _host({**defaults, **h}, f"{where}, host {i + 1}") for i, h in enumerate(file_hosts)
+        )
     _no_duplicates(list(specs))
     launcher = merged.pop("launcher", None) or ("ssh" if specs else "local")
     remote = RemoteConfig(
@@ -228,10 +245,14 @@ def ssh_command(host: HostSpec, connect_timeout: float) -> list[str]:
     """The ssh command that reaches ``host`` without ever prompting (a prompt would hang)."""
     cmd = [
         "ssh",
-        "-o", "BatchMode=yes",  # no password or passphrase prompt: fail instead
-        "-o", f"ConnectTimeout={max(1, round(connect_timeout))}",  # TCP and the SSH banner
-        "-o", "ServerAliveInterval=5",
-        "-o", "ServerAliveCountMax=3",  # a host that goes silent: the connection ends in 15 s
+        "-o",
+        "BatchMode=yes",  # no password or passphrase prompt: fail instead
+        "-o",
+        f"ConnectTimeout={max(1, round(connect_timeout))}",  # TCP and the SSH banner
+        "-o",
+        "ServerAliveInterval=5",
+        "-o",
+        "ServerAliveCountMax=3",  # a host that goes silent: the connection ends in 15 s
         *host.ssh_options,
     ]
     if host.port is not None:
@@ -261,8 +282,10 @@ def ssh_failure(host: HostSpec, returncode: int, stderr: str, connect_timeout: f
                 "that port?"
             )
         if "No route to host" in err or "Network is unreachable" in err:
-            return f"host {host.name} cannot be reached from this machine (no route): check the "\
-                   "network, or the address"
+            return (
+                f"host {host.name} cannot be reached from this machine (no route): check the "
+                "network, or the address"
+            )
         if "Host key verification failed" in err or "REMOTE HOST IDENTIFICATION" in err:
             return (
                 f"host {host.name}: its SSH host key is not known here (or has changed): run "
@@ -278,7 +301,7 @@ def ssh_failure(host: HostSpec, returncode: int, stderr: str, connect_timeout: f
     if returncode == 127 or "not found" in err or "No such file" in err:
         return (
             f"host {host.name}: no Python at {host.python!r}: name the Python that has nbdist "
-            "installed there (python = \"/path/to/python\" in the cluster file)"
+            'installed there (python = "/path/to/python" in the cluster file)'
         )
     return f"host {host.name}: {host.python} failed ({_tail(err) or f'exit {returncode}'})"
 
@@ -299,4 +322,3 @@ def _tail(err: str, limit: int = 120) -> str:
 def remote_dir_of(cfg: RemoteConfig, cluster_id: str) -> str:
     """The folder on each host for one cluster's engine logs (relative to the home)."""
     return f"{cfg.remote_dir.rstrip('/')}/{cluster_id}"
-

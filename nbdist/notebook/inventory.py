@@ -1,7 +1,8 @@
 """One environment across hosts: the versions each host runs, in one table, and what differs.
 
-Pure: it reads the inventories that ``nbdist.worker.setup.setup()`` returned (one per engine:
-host, python, torch, nbdist, gpus) and says which hosts differ from the first host (rank 0's).
+Pure: it reads the inventories that ``nbdist.worker.api.setup()`` returned (one
+``protocol.Inventory`` per engine: host, python, torch, nbdist, gpus) and says which hosts
+differ from the first host (rank 0's).
 Engines on hosts with different Python or torch versions can unpickle each other's objects
 wrongly, and a host without CUDA beside hosts with it cannot join an NCCL group: better refused
 at start, with the hosts named, than met as a strange error in the middle of training.
@@ -12,17 +13,18 @@ from __future__ import annotations
 import warnings
 
 from ..errors import UsageError
+from ..protocol import Inventory
 
 #: What must match across hosts, as (column, what the message calls it).
 CHECKED = (("python", "Python"), ("torch", "torch"), ("nbdist", "nbdist"), ("cuda", "CUDA"))
 
 
-def _cuda(inv: dict) -> str:
-    gpus = inv.get("gpus") or []
+def _cuda(inv: Inventory) -> str:
+    gpus = inv.gpus
     return f"yes ({len(gpus)} GPU{'s' if len(gpus) != 1 else ''})" if gpus else "no"
 
 
-def host_rows(inventory: dict[int, dict]) -> list[dict]:
+def host_rows(inventory: dict[int, Inventory]) -> list[dict]:
     """One row per host, in rank order of hosts: host, engines, python, torch, nbdist, cuda.
 
     Engines of one host normally agree; where they do not, the row shows every value seen."""
@@ -30,11 +32,15 @@ def host_rows(inventory: dict[int, dict]) -> list[dict]:
     for eid in sorted(inventory):
         inv = inventory[eid]
         row = rows.setdefault(
-            inv["host"], {"host": inv["host"], "engines": 0, **{c: [] for c, _ in CHECKED}}
+            inv.host, {"host": inv.host, "engines": 0, **{c: [] for c, _ in CHECKED}}
         )
         row["engines"] += 1
-        values = {"python": inv.get("python", "?"), "torch": inv.get("torch", "?"),
-                  "nbdist": inv.get("nbdist", "?"), "cuda": _cuda(inv)}
+        values = {
+            "python": inv.python or "?",
+            "torch": inv.torch or "?",
+            "nbdist": inv.nbdist or "?",
+            "cuda": _cuda(inv),
+        }
         for col, _ in CHECKED:
             if values[col] not in row[col]:
                 row[col].append(values[col])
@@ -78,7 +84,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def check(inventory: dict[int, dict], policy: str = "refuse") -> None:
+def check(inventory: dict[int, Inventory], policy: str = "refuse") -> None:
     """Compare the hosts. When they differ: raise a UsageError naming the hosts that differ
     (``policy="refuse"``), or warn and go on (``"warn"``)."""
     diffs = differences(host_rows(inventory))

@@ -46,17 +46,31 @@ def _nbdist_parser() -> _Parser:
     s.add_argument("-n", type=int, default=None, help="number of engines (ranks); default 2")
     s.add_argument("--threads", type=int, default=None, help="threads per engine")
     s.add_argument("--backend", choices=["gloo", "nccl"], default=None)
-    # engines on other hosts (see nbdist.notebook.hosts and nbdist.notebook.remote)
+    # engines on other hosts (see nbdist.notebook.hosts and nbdist.notebook.engines.remote)
     s.add_argument("--hosts", default=None, help="engines over ssh: user@gpu1:4,user@gpu2:4")
     s.add_argument("--cluster-file", default=None, help="hosts and settings in a TOML file")
     s.add_argument("--launcher", choices=["ssh", "slurm", "mpi", "local"], default=None)
-    s.add_argument("--launcher-opt", action="append", type=_key_value, default=None,
-                   metavar="KEY=VALUE", help="an option of ipyparallel's launcher (repeatable)")
+    s.add_argument(
+        "--launcher-opt",
+        action="append",
+        type=_key_value,
+        default=None,
+        metavar="KEY=VALUE",
+        help="an option of ipyparallel's launcher (repeatable)",
+    )
     s.add_argument("--ip", default=None, help="controller address the hosts reach ('*': all)")
-    s.add_argument("--allow-mixed", action="store_true", default=None,
-                   help="ranks without a GPU beside ranks with one: gloo on CPU, warned")
-    s.add_argument("--env-check", choices=["refuse", "warn"], default=None,
-                   help="when hosts differ in Python/torch/nbdist/CUDA (default: refuse)")
+    s.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        default=None,
+        help="ranks without a GPU beside ranks with one: gloo on CPU, warned",
+    )
+    s.add_argument(
+        "--env-check",
+        choices=["refuse", "warn"],
+        default=None,
+        help="when hosts differ in Python/torch/nbdist/CUDA (default: refuse)",
+    )
     sub.add_parser("stop", help="stop every engine and the controller")
     at = sub.add_parser("attach", help="use a cluster started from the sidebar")
     at.add_argument("cluster_id", nargs="?", default=None, help="default: the newest one")
@@ -84,8 +98,12 @@ def _distributed_parser() -> _Parser:
     # recovery (see nbdist.notebook.recovery)
     p.add_argument("--restarts", type=int, default=0, help="replace lost workers up to R times")
     p.add_argument("--min-workers", type=int, default=None, help="shrink to no fewer than M")
-    p.add_argument("--progress-timeout", type=float, default=300.0,
-                   help="seconds without progress before a rank counts as hung")
+    p.add_argument(
+        "--progress-timeout",
+        type=float,
+        default=300.0,
+        help="seconds without progress before a rank counts as hung",
+    )
     # telemetry (see nbdist.notebook.runs)
     p.add_argument("--no-dashboard", action="store_true", help="no live dashboard widget")
     p.add_argument("--total", type=_positive, default=None, help="steps in all, for the ETA")
@@ -142,10 +160,16 @@ class NbdistMagics(Magics):
             return None
         if args.command == "start":
             c = session.start(
-                n=args.n, threads_per_engine=args.threads, backend=args.backend,
-                hosts=args.hosts, cluster_file=args.cluster_file, launcher=args.launcher,
+                n=args.n,
+                threads_per_engine=args.threads,
+                backend=args.backend,
+                hosts=args.hosts,
+                cluster_file=args.cluster_file,
+                launcher=args.launcher,
                 launcher_options=dict(args.launcher_opt) if args.launcher_opt else None,
-                ip=args.ip, allow_mixed=args.allow_mixed, env_check=args.env_check,
+                ip=args.ip,
+                allow_mixed=args.allow_mixed,
+                env_check=args.env_check,
             )
             print(
                 f"nbdist: {len(c.slots)} ranks ready ({c.backend}, {c.cfg.threads} thread(s) "
@@ -160,7 +184,7 @@ class NbdistMagics(Magics):
             c = session.current(required=False)
             if c is None:
                 print("nbdist: no cluster is running")
-            elif getattr(c.engines, "hosted", False):
+            elif not c.engines.owns_engines:
                 c.stop()
                 print("nbdist: detached; the cluster runs on (stop it from the nbdist sidebar)")
             else:
@@ -171,8 +195,10 @@ class NbdistMagics(Magics):
         elif args.command == "scatter":
             from . import data
 
-            opts = {k: getattr(args, k) for k in ("target", "stratify", "labels", "shuffle", "seed",
-                                                  "remainder")}
+            opts = {
+                k: getattr(args, k)
+                for k in ("target", "stratify", "labels", "shuffle", "seed", "remainder")
+            }
             data.scatter_variable(self.shell.user_ns, args.name, **opts)
         elif args.command == "pull":
             value = session.current().pull(args.name, rank=args.rank)
@@ -190,14 +216,22 @@ class NbdistMagics(Magics):
         if args is None:
             return None
         cluster = session.current()
-        telemetry = {"dashboard": not args.no_dashboard, "total": args.total,
-                     "tensorboard": args.tensorboard, "stop_on_nan": args.stop_on_nan}
-        opts = CellOptions(timeout=args.timeout, ranks=args.ranks, all_output=args.all_output,
-                           restarts=args.restarts, min_workers=args.min_workers,
-                           progress_timeout=args.progress_timeout,
-                           extra=telemetry)
-        from .runs import RunMonitor
+        telemetry = {
+            "dashboard": not args.no_dashboard,
+            "total": args.total,
+            "tensorboard": args.tensorboard,
+            "stop_on_nan": args.stop_on_nan,
+        }
+        opts = CellOptions(
+            timeout=args.timeout,
+            ranks=args.ranks,
+            all_output=args.all_output,
+            restarts=args.restarts,
+            min_workers=args.min_workers,
+            progress_timeout=args.progress_timeout,
+            extra=telemetry,
+        )
+        from .monitor import RunMonitor
 
         with RunMonitor(cluster, cell, opts, name=args.name, **telemetry) as monitor:
-            return cluster.run(cell, opts, transform=self.shell.transform_cell,
-                               observers=[monitor])
+            return cluster.run(cell, opts, transform=self.shell.transform_cell, observers=[monitor])

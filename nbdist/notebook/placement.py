@@ -11,6 +11,7 @@ import warnings
 from dataclasses import dataclass, replace
 
 from ..errors import UsageError
+from ..protocol import Inventory
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,9 @@ class Slot:
 
 
 def choose_backend(
-    gpu_counts: list[int], local_ranks: list[int], allow_mixed: bool,
+    gpu_counts: list[int],
+    local_ranks: list[int],
+    allow_mixed: bool,
     gpu_index: list[int] | None = None,
 ) -> str:
     """``nccl`` when every rank has a GPU of its own, ``gloo`` when none has; a mix is refused
@@ -56,41 +59,43 @@ def choose_backend(
     )
 
 
-def _host_order(inventory: dict[int, dict]) -> list[str]:
+def _host_order(inventory: dict[int, Inventory]) -> list[str]:
     """Hosts in the order given (``host_index``, set for remote hosts), else as first seen."""
     hosts: list[str] = []
     for eid in sorted(inventory):
-        if inventory[eid]["host"] not in hosts:
-            hosts.append(inventory[eid]["host"])
+        if inventory[eid].host not in hosts:
+            hosts.append(inventory[eid].host)
     first = {h: i for i, h in enumerate(hosts)}
     given: dict[str, int] = {}
     for inv in inventory.values():  # a replacement engine may not carry it: any engine will do
-        if "host_index" in inv:
-            given[inv["host"]] = inv["host_index"]
+        if inv.host_index is not None:
+            given[inv.host] = inv.host_index
     return sorted(hosts, key=lambda h: (given.get(h, len(hosts) + first[h]), first[h]))
 
 
-def _gpu_indices(inventory: dict[int, dict], ordered: list[int], local_ranks: list[int]):
+def _gpu_indices(
+    inventory: dict[int, Inventory], ordered: list[int], local_ranks: list[int]
+) -> list[int]:
     """Each rank's GPU among those it sees: its local rank when the engines of its host share
     one view of the GPUs; 0 when each was given a ``CUDA_VISIBLE_DEVICES`` slice of its own
     (as schedulers do with one GPU per task)."""
     views: dict[str, list] = {}
     for e in ordered:
-        views.setdefault(inventory[e]["host"], []).append(inventory[e].get("cuda_visible"))
+        views.setdefault(inventory[e].host, []).append(inventory[e].cuda_visible)
     own_slice = {
         h: len(v) > 1 and None not in v and "" not in v and len(set(v)) == len(v)
         for h, v in views.items()
     }
     return [
-        0 if own_slice[inventory[e]["host"]] else lr
+        0 if own_slice[inventory[e].host] else lr
         for e, lr in zip(ordered, local_ranks, strict=True)
     ]
 
 
 def place(
-    inventory: dict[int, dict], backend: str | None = None, allow_mixed: bool = False
+    inventory: dict[int, Inventory], backend: str | None = None, allow_mixed: bool = False
 ) -> tuple[list[Slot], str]:
-    """Assign ranks 0..N-1 to the engines in ``inventory`` ({engine_id: setup() result}).
+    """Assign ranks 0..N-1 to the engines in ``inventory`` (by engine id, as ``setup`` said).
 
     Returns the slots in rank order and the backend. A rank's device is ``cuda:LOCAL_RANK``
     (or ``cuda:0`` of its own ``CUDA_VISIBLE_DEVICES`` slice) when the backend is NCCL, or
@@ -99,10 +104,10 @@ def place(
     if not inventory:
         raise UsageError("no engines to place: start a cluster with %nbdist start -n 2")
     hosts = _host_order(inventory)
-    ordered = sorted(inventory, key=lambda e: (hosts.index(inventory[e]["host"]), e))
-    per_host = {h: [e for e in ordered if inventory[e]["host"] == h] for h in hosts}
-    local_ranks = [per_host[inventory[e]["host"]].index(e) for e in ordered]
-    gpu_counts = [len(inventory[e].get("gpus", [])) for e in ordered]
+    ordered = sorted(inventory, key=lambda e: (hosts.index(inventory[e].host), e))
+    per_host = {h: [e for e in ordered if inventory[e].host == h] for h in hosts}
+    local_ranks = [per_host[inventory[e].host].index(e) for e in ordered]
+    gpu_counts = [len(inventory[e].gpus) for e in ordered]
     gpu_index = _gpu_indices(inventory, ordered, local_ranks)
     has_gpu = [i < n for i, n in zip(gpu_index, gpu_counts, strict=True)]
     if backend is None:
@@ -116,7 +121,7 @@ def place(
     mixed = any(has_gpu) and not all(has_gpu)  # then CPU everywhere: one device type per group
     slots = []
     for rank, eid in enumerate(ordered):
-        host = inventory[eid]["host"]
+        host = inventory[eid].host
         lr = local_ranks[rank]
         cuda = has_gpu[rank] and not mixed
         slots.append(
@@ -124,7 +129,7 @@ def place(
                 rank=rank,
                 engine_id=eid,
                 host=host,
-                pid=inventory[eid]["pid"],
+                pid=inventory[eid].pid,
                 local_rank=lr,
                 local_world_size=len(per_host[host]),
                 group_rank=hosts.index(host),
@@ -134,22 +139,22 @@ def place(
     return slots, backend
 
 
-def gpu_label(inv: dict, device: str) -> str:
+def gpu_label(inv: Inventory | None, device: str) -> str:
     """The GPU behind ``device`` on the engine ``inv`` describes: ``"NVIDIA A100, 80.0 GiB"``;
-    ``"-"`` on CPU."""
+    ``"-"`` on CPU; ``"?"`` when not known."""
     if not device.startswith("cuda"):
         return "-"
     index = int(device.partition(":")[2] or 0)
-    gpus = inv.get("gpus") or []
+    gpus = inv.gpus if inv is not None else ()
     if index >= len(gpus):
         return "?"
     gpu = gpus[index]
-    return f"{gpu['name']}, {gpu['memory'] / 2**30:.1f} GiB"
+    return f"{gpu.name}, {gpu.memory / 2**30:.1f} GiB"
 
 
-def substitute(slots: list[Slot], rank: int, engine_id: int, inv: dict) -> list[Slot]:
+def substitute(slots: list[Slot], rank: int, engine_id: int, inv: Inventory) -> list[Slot]:
     """The slots with ``rank`` moved to a replacement engine; every other rank stays put."""
     return [
-        replace(s, engine_id=engine_id, host=inv["host"], pid=inv["pid"]) if s.rank == rank else s
+        replace(s, engine_id=engine_id, host=inv.host, pid=inv.pid) if s.rank == rank else s
         for s in slots
     ]

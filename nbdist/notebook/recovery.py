@@ -1,7 +1,7 @@
-"""What to do when a ``%%distributed`` cell fails: a pure decision, then the recovery procedure.
+"""What to do when a ``%%distributed`` cell fails: a pure decision (``controller`` carries it out).
 
 The decision is a function of the run's counters and the failure, and nothing else, so it is
-tested on its own (``tests/test_recovery_policy.py``)::
+tested on its own (``tests/unit/test_recovery_policy.py``)::
 
     decide(state, failure) -> (decision, new state)
 
@@ -76,30 +76,3 @@ def decide(state: RunState, failure: Failure) -> tuple[Decision, RunState]:
     if state.world_size - state.lost >= max(1, state.min_workers):
         return Decision.SHRINK, replace(spent, world_size=state.world_size - state.lost)
     return Decision.RAISE, state
-
-
-#: The allowed transitions of a run's lifecycle; ``tests/test_recovery_policy.py`` checks them.
-#: Observers with a ``state(old, new)`` method (the dashboard) are told of every change.
-TRANSITIONS: dict[str, set[str]] = {
-    "starting": {"running", "failed"},
-    "running": {"finished", "failed", "recovering", "interrupted"},
-    "recovering": {"running", "failed"},
-    "finished": set(),
-    "failed": set(),
-    "interrupted": set(),
-}
-
-
-class Lifecycle:
-    """A run's state, changed only along ``TRANSITIONS``, with observers told of each change."""
-
-    def __init__(self, observers=()):
-        self.state = "starting"
-        self._observers = [o for o in observers if hasattr(o, "state")]
-
-    def to(self, new: str) -> None:
-        if new not in TRANSITIONS[self.state]:
-            raise RuntimeError(f"nbdist bug: a run cannot go from {self.state} to {new}")
-        old, self.state = self.state, new
-        for obs in self._observers:
-            obs.state(old, new)

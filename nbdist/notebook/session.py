@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import io
 import itertools
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from .. import config
 from ..errors import DistributedCellError, NbdistError, UsageError
-from ..worker import rendezvous, setup
-from . import hosts, placement, recovery
-from .cluster import EngineCluster, EngineExit
-from .remote import RemoteEngines
+from ..protocol import Inventory, RankInfo
+from ..worker import api
+from . import engines, fanout, hosts, placement
+from .controller import RunController
+from .engines import EngineExit, EngineSet
+from .observers import RunObserver
 from .supervisor import CellReport, CellRun, check_syntax
 from .transfer import EngineValue, unpack
 
@@ -41,7 +43,7 @@ class Cluster:
 
     def __init__(self, cfg: config.ClusterConfig):
         self.cfg = cfg
-        self.engines: EngineCluster | None = None
+        self.engines: EngineSet | None = None
         self.slots: list[placement.Slot] = []
         self.backend = "gloo"
         self.master_addr = cfg.ip  # rank 0's host address as the other hosts reach it
@@ -49,8 +51,7 @@ class Cluster:
         self.attempt = 0
         self.group_ready = False
         self.ready_seconds = 0.0
-        self.inventory: dict[int, dict] = {}
-        self._exits: list[EngineExit] = []
+        self.inventory: dict[int, Inventory] = {}
         # every cell that succeeded, with its ranks (None: all), replayed on fresh engines
         # ...and notebook-side calls to redo (scatters), as callables, in the same order
         self.journal: list[tuple[str, tuple[int, ...] | None, str] | Callable[[], object]] = []
@@ -59,13 +60,10 @@ class Cluster:
     # -- life -------------------------------------------------------------------------------
     def _start(self) -> None:
         t0 = time.perf_counter()
-        remote = self.cfg.remote is not None
-        self.engines = RemoteEngines(self.cfg) if remote else EngineCluster(self.cfg)
+        self.engines = engines.for_config(self.cfg)
         client = self.engines.start()
         self.cfg = self.engines.cfg  # remote engines settle the controller's address and threads
-        self.inventory = self._setup(client.ids)
-        if remote:
-            self.engines.check(self.inventory)  # one environment across hosts, or a refusal
+        self.inventory = self.engines.check(self._setup(client.ids))  # one environment, or no
         self.slots, self.backend = placement.place(
             self.inventory, self.cfg.backend, self.cfg.allow_mixed
         )
@@ -76,40 +74,39 @@ class Cluster:
     def client(self):
         return self.engines.client
 
-    def _setup(self, engine_ids: list[int]) -> dict[int, dict]:
-        ars = {
-            eid: self.client[eid].apply_async(setup.setup, self.cfg.threads) for eid in engine_ids
-        }
-        return {eid: ar.get(self.cfg.start_timeout) for eid, ar in ars.items()}
+    def _setup(self, engine_ids: list[int]) -> dict[int, Inventory]:
+        """Set fresh engines up (threads, torch, nbdist): their inventories by engine id."""
+        got = fanout.call(
+            self.client,
+            {e: e for e in engine_ids},
+            api.setup,
+            self.cfg.threads,
+            timeout=self.cfg.start_timeout,
+        )
+        got.check("setting up the engines", noun="engine")
+        return got.values
 
     def _form_group(self) -> None:
         """(Re-)form the process group on every rank, under a fresh store prefix."""
         self.attempt += 1
         rank0 = self.slots[0]
-        self.master_addr = (  # remote: rank 0's host address as the others reach it
-            self.engines.address_of(rank0.engine_id) if self.cfg.remote else self.cfg.ip
-        )
+        self.master_addr = self.engines.address_of(rank0.engine_id)
         self.master_port = self.client[rank0.engine_id].apply_sync(
-            rendezvous.serve_store, self.master_addr
+            api.serve_store, self.master_addr
         )
         infos = self.rank_infos()
-        ars = [
-            self.client[s.engine_id].apply_async(
-                rendezvous.form, infos[s.rank], self.cfg.group_timeout
+        calls = {s.rank: (s.engine_id, (infos[s.rank], self.cfg.group_timeout)) for s in self.slots}
+        got = fanout.wait(fanout.submit_each(self.client, api.form, calls), self.cfg.start_timeout)
+        if got.failures:
+            raise NbdistError(
+                f"the process group did not form: {fanout.describe_failures(got.failures)}"
             )
-            for s in self.slots
-        ]
-        try:
-            for ar in ars:
-                ar.get(self.cfg.start_timeout)
-        except Exception as exc:
-            raise NbdistError(f"the process group did not form: {exc}") from exc
         self.group_ready = True
 
-    def rank_infos(self) -> dict[int, dict]:
-        """Each rank's RankInfo (as a dict), for the current attempt."""
+    def rank_infos(self) -> dict[int, RankInfo]:
+        """Each rank's RankInfo, for the current attempt."""
         return {
-            s.rank: dict(
+            s.rank: RankInfo(
                 rank=s.rank,
                 world_size=len(self.slots),
                 local_rank=s.local_rank,
@@ -152,9 +149,7 @@ class Cluster:
 
     def replace(self, ranks: list[int]) -> None:
         """Give these ranks fresh engines (same rank numbers) and re-form the group."""
-        pids = [self.slots[r].pid for r in ranks]
-        self.engines.signal(pids, sig=9)
-        self.engines.engine_pids.difference_update(pids)
+        self.engines.retire([self.slots[r].pid for r in ranks])
         known = set(self.client.ids) | {s.engine_id for s in self.slots}
         new_ids = self.engines.add_engines(len(ranks), known)
         inv = self._setup(new_ids)
@@ -165,9 +160,7 @@ class Cluster:
 
     def shrink(self, lost: list[int]) -> None:
         """Go on without the lost ranks: renumber the survivors 0..k-1 and re-form the group."""
-        pids = [self.slots[r].pid for r in lost]
-        self.engines.signal(pids, sig=9)
-        self.engines.engine_pids.difference_update(pids)
+        self.engines.retire([self.slots[r].pid for r in lost])
         keep = {s.engine_id: self.inventory[s.engine_id] for s in self.slots if s.rank not in lost}
         self.slots, self.backend = placement.place(keep, self.backend)
         self._form_group()
@@ -177,13 +170,13 @@ class Cluster:
         self,
         source: str,
         opts: config.CellOptions | None = None,
-        transform=None,
-        observers: list | None = None,
+        transform: Callable[[str], str] | None = None,
+        observers: list[RunObserver] | None = None,
     ):
         """Run ``source`` on the ranks (all by default); return rank 0's last expression value.
 
-        ``observers`` are called with the CellRun's ranks at every poll (about 50 times a
-        second) while the cell runs: the dashboard's way in.
+        ``observers`` are told of the run's phases and recovery events, and see the ranks at
+        every poll of the supervisor (``observers.RunObserver``): the dashboard's way in.
         """
         opts = opts or config.CellOptions()
         check_syntax(source, transform or (lambda s: s))
@@ -197,87 +190,43 @@ class Cluster:
         full = opts.ranks is None or sorted(set(opts.ranks)) == list(range(n))
         if opts.restarts and not full:
             raise UsageError("--restarts needs every rank: drop --ranks")
-        filename = f"<distributed-cell-{next(_cell_numbers)}>"
-        run_key = f"{self.engines.cluster_id}-{uuid.uuid4().hex[:8]}"
-        state = recovery.RunState(
-            restarts_left=opts.restarts, world_size=n, min_workers=opts.min_workers or n
+        controller = RunController(
+            self,
+            source,
+            opts,
+            filename=f"<distributed-cell-{next(_cell_numbers)}>",
+            run_key=f"{self.engines.cluster_id}-{uuid.uuid4().hex[:8]}",
+            full=full,
+            observers=observers,
         )
-        life = recovery.Lifecycle(observers or ())
-        life.to("running")
-        while True:
-            run, report = self._run_once(source, opts, filename, run_key, observers, full)
-            failure = recovery.classify(report.interrupted, [f.kind for f in report.failures])
-            lost = sorted(set(report.lost))
-            before = dataclasses.replace(state, lost=len(lost), world_size=len(self.slots))
-            decision, state = recovery.decide(before, failure)
-            if decision in (recovery.Decision.RESTART, recovery.Decision.SHRINK):
-                life.to("recovering")
-            if decision is recovery.Decision.RESTART:
-                try:
-                    self._notify(observers, "failure", report)
-                    self.replace(lost)
-                except NbdistError as exc:
-                    decision, state = recovery.decide(
-                        dataclasses.replace(before, replaceable=False), failure
-                    )
-                    if decision is recovery.Decision.RAISE:
-                        run.raise_for(report, f"nbdist: no replacement engine: {exc}")
-            if decision is recovery.Decision.SHRINK:
-                self.shrink(lost)
-            if decision in (recovery.Decision.RESTART, recovery.Decision.SHRINK):
-                self._replay()
-                self._notify(observers, "restart", report, restarts=state.restarts_done)
-                life.to("running")
-                continue
-            break
-        life.to(
-            "interrupted" if report.interrupted else "failed" if report.failures else "finished"
-        )
-        note = self._recover(report, full)
-        if state.restarts_done and not report.failures:
-            note = f"nbdist: recovered {state.restarts_done} time(s)"
-        if full and not report.failures and not report.interrupted:
-            self.group_ready = not report.group_broken  # the cell may have destroyed it
-            self.journal.append((source, opts.ranks, run_key))
-        elif not full and not report.failures:
-            self.journal.append((source, opts.ranks, run_key))
-        if report.failures and failure is recovery.Failure.WORKER_LOST and opts.restarts:
-            note = (
-                note + "\n" if note else ""
-            ) + f"nbdist: gave up after {opts.restarts} restart(s)"
-        run.raise_for(report, note)
-        if note and state.restarts_done:
-            print(note)
-        return report.value
+        return controller.run()
 
-    def _run_once(self, source, opts, filename, run_key, observers, full):
+    def run_once(
+        self,
+        source: str,
+        opts: config.CellOptions,
+        filename: str,
+        run_key: str,
+        full: bool,
+        observers: list[RunObserver] | None = None,
+    ) -> CellReport:
+        """One attempt at a cell on its ranks, watched to its end by the supervisor."""
         groups = {}
         if full and not self.group_ready:  # re-form the group inside this cell, on every rank
             self.attempt += 1
             groups = self.rank_infos()
-        run = CellRun(self, source, opts, filename, groups, run_key)
-        run.observers.extend(observers or [])
-        return run, run.wait()
+        return CellRun(self, source, opts, filename, groups, run_key, observers).wait()
 
     def record(self, redo: Callable[[], object]) -> None:
         """Remember a notebook-side step (a scatter) that recovery must redo on fresh engines."""
         if not self._replaying:
             self.journal.append(redo)
 
-    def _notify(self, observers, kind: str, report: CellReport, **data) -> None:
-        """Tell observers that know about events (the dashboard) what recovery is doing."""
-        for obs in observers or []:
-            event = getattr(obs, "event", None)
-            if event is None:
-                continue
-            if kind == "failure":
-                for f in report.failures:
-                    if not f.bystander:
-                        event("failure", rank=f.rank, message=f.summary, cause=f.kind)
-            else:
-                event(kind, message=f"restart {data.get('restarts')}: resuming", **data)
+    def journal_cell(self, source: str, ranks: tuple[int, ...] | None, run_key: str) -> None:
+        """Remember a cell that succeeded, for replay on fresh engines."""
+        self.journal.append((source, ranks, run_key))
 
-    def _replay(self) -> None:
+    def replay(self) -> None:
         """Run the journal of earlier cells again, on every rank, so fresh engines have their
         names: the cell being recovered then resumes from its checkpoint via nbdist.restore()."""
         self._replaying = True
@@ -295,7 +244,7 @@ class Cluster:
             source, ranks, run_key = entry
             opts = config.CellOptions(ranks=ranks, quiet=True)
             # with its own run key, a training cell resumes from its own last checkpoint
-            _, report = self._run_once(source, opts, f"<replay-{i}>", run_key, None, ranks is None)
+            report = self.run_once(source, opts, f"<replay-{i}>", run_key, ranks is None)
             if report.failures or report.interrupted:
                 err = DistributedCellError(report.failures or [], "") if report.failures else None
                 raise NbdistError(
@@ -304,7 +253,7 @@ class Cluster:
             if ranks is None:
                 self.group_ready = not report.group_broken
 
-    def _recover(self, report: CellReport, full: bool) -> str:
+    def repair(self, report: CellReport, full: bool) -> str:
         """Make the cluster whole again after a failed cell; say what was done."""
         if report.lost:
             self.replace(sorted(set(report.lost)))
@@ -324,7 +273,7 @@ class Cluster:
             raise UsageError(f"{name!r} is not a variable name")
         if not 0 <= rank < len(self.slots):
             raise UsageError(f"rank must be between 0 and {len(self.slots) - 1}, not {rank}")
-        packed = self.client[self.slots[rank].engine_id].apply_sync(_fetch, name)
+        packed = self.client[self.slots[rank].engine_id].apply_sync(api.fetch, name)
         if packed is None:
             raise UsageError(f"name {name!r} is not defined on rank {rank}")
         value = unpack(packed)
@@ -345,20 +294,16 @@ class Cluster:
                 "host": s.host,
                 "pid": s.pid,
                 "device": s.device,
-                "gpu": placement.gpu_label(self.inventory.get(s.engine_id, {}), s.device),
+                "gpu": placement.gpu_label(self.inventory.get(s.engine_id), s.device),
                 "state": "ready" if s.engine_id in alive else "lost",
             }
             for s in self.slots
         ]
 
 
-def _fetch(name: str) -> dict | None:
-    """On an engine: the packed value of ``name``, or None when it is not defined."""
-    from nbdist.worker.runner import portable
-    from nbdist.worker.setup import _namespace
-
-    ns = _namespace()
-    return portable(ns[name]) if name in ns else None
+def pull(name: str, rank: int = 0) -> Any:
+    """Bring the engine variable ``name`` from ``rank`` (default 0) into the notebook."""
+    return current().pull(name, rank=rank)
 
 
 def start(n: int | None = None, **options) -> Cluster:

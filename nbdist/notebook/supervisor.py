@@ -10,6 +10,7 @@ the same road.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +18,10 @@ from dataclasses import dataclass, field
 
 from ..config import CellOptions
 from ..errors import DistributedCellError, RankFailure, UsageError
-from ..worker import runner
+from ..protocol import CellOutcome, CellRequest, RankInfo
+from ..worker import api
+from . import fanout
+from .observers import RunObserver
 from .transfer import unpack
 
 _POLL = 0.02  # seconds between looks at the ranks: output latency, not CPU, is what it costs
@@ -25,19 +29,22 @@ _OUTPUT_WAIT = 2.0  # seconds to wait for a finished rank's last output to arriv
 _SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # engines' text is text
 
 
-def _lost(kind: str, summary: str) -> dict:
+def _lost(kind: str, summary: str) -> CellOutcome:
     """The outcome of a rank whose engine died, hung or had to be killed (no reply from it)."""
-    return {"ok": False, "kind": kind, "summary": summary, "traceback": "", "at": time.time()}
+    return CellOutcome(kind=kind, at=time.time(), summary=summary)
 
 
 @dataclass
-class _Rank:
+class RankRun:
+    """One rank's part of a running cell, as observers see it at each poll: ``ar.metadata``
+    holds what the engine has sent so far (output, telemetry); ``outcome`` is set once known."""
+
     rank: int
     engine_id: int
     pid: int
     ar: object  # ipyparallel AsyncResult
+    outcome: CellOutcome | None = None
     shown: dict = field(default_factory=lambda: {"stdout": 0, "stderr": 0, "outputs": 0})
-    outcome: dict | None = None
     partial: dict = field(default_factory=lambda: {"stdout": "", "stderr": ""})
 
 
@@ -72,34 +79,34 @@ class CellRun:
         source: str,
         opts: CellOptions,
         filename: str,
-        groups: dict,
+        groups: dict[int, RankInfo],
         run_key: str = "default",
+        observers: list[RunObserver] | None = None,
     ):
         self.cluster = cluster
         self.opts = opts
-        self.observers: list[Callable[[dict], None]] = []
+        self.observers = list(observers or ())
         ranks = list(opts.ranks) if opts.ranks is not None else [s.rank for s in cluster.slots]
         self.main_rank = ranks[0]
-        client = cluster.client
-        self.ranks: dict[int, _Rank] = {}
+        self.ranks: dict[int, RankRun] = {}
         for r in ranks:
             slot = cluster.slots[r]
-            ar = client[slot.engine_id].apply_async(
-                runner.run_cell,
-                source,
-                filename,
-                groups.get(r),
-                r == self.main_rank,
-                cluster.cfg.group_timeout,
-                run_key,
+            request = CellRequest(
+                source=source,
+                filename=filename,
+                run_key=run_key,
+                group=groups.get(r),
+                want_value=r == self.main_rank,
+                group_timeout=cluster.cfg.group_timeout,
             )
-            self.ranks[r] = _Rank(r, slot.engine_id, slot.pid, ar)
+            ar = fanout.submit(cluster.client, {r: slot.engine_id}, api.run_cell, request)[r]
+            self.ranks[r] = RankRun(r, slot.engine_id, slot.pid, ar)
 
     # -- output ---------------------------------------------------------------------------
     def _visible(self, r: int) -> bool:
         return not self.opts.quiet and (self.opts.all_output or r == self.main_rank)
 
-    def _stream(self, rk: _Rank, final: bool = False) -> None:
+    def _stream(self, rk: RankRun, final: bool = False) -> None:
         md = rk.ar.metadata  # filled in by the client as iopub messages arrive
         for name, target in (("stdout", sys.stdout), ("stderr", sys.stderr)):
             text = md.get(name, "")
@@ -132,14 +139,14 @@ class CellRun:
             ip.display_pub.publish(data=data, metadata=out.get("metadata", {}))
 
     # -- watching -------------------------------------------------------------------------
-    def _collect(self, rk: _Rank) -> None:
+    def _collect(self, rk: RankRun) -> None:
         """Record the outcome of a rank whose result has arrived."""
         try:
             rk.outcome = rk.ar.get(0)
         except Exception as exc:  # the engine went away under the call
             rk.outcome = _lost("died", f"engine lost: {type(exc).__name__}: {exc}")
 
-    def _running(self) -> list[_Rank]:
+    def _running(self) -> list[RankRun]:
         return [rk for rk in self.ranks.values() if rk.outcome is None]
 
     def _note_exits(self, report: CellReport) -> None:
@@ -166,7 +173,7 @@ class CellRun:
                 "its engine was killed and replaced",
             )
 
-    def _kill(self, rk: _Rank, why: str) -> None:
+    def _kill(self, rk: RankRun, why: str) -> None:
         """A hung rank: kill its engine (recovery replaces it) and say why."""
         self.cluster.engines.signal([rk.pid], sig=9)
         rk.outcome = _lost("hung", why)
@@ -175,8 +182,7 @@ class CellRun:
         """Ask the observers (the dashboard's collector) which ranks passed the progress
         deadline; kill those, so the cell ends and recovery can replace them."""
         for obs in self.observers:
-            hung = getattr(obs, "hung_ranks", None)
-            for r in hung(self.opts.progress_timeout) if hung else ():
+            for r in obs.hung_ranks(self.opts.progress_timeout):
                 rk = self.ranks.get(r)
                 if rk is None or rk.outcome is not None:
                     continue
@@ -194,7 +200,7 @@ class CellRun:
                 self._collect(rk)
             self._stream(rk)
         for obs in self.observers:
-            obs(self.ranks)
+            obs.on_poll(self.ranks)
 
     def wait(self) -> CellReport:
         """Watch the cell to its end and say how it went."""
@@ -207,7 +213,7 @@ class CellRun:
             while self._running():
                 self._poll_once(report)
                 now = time.monotonic()
-                failed = [rk for rk in self.ranks.values() if rk.outcome and not rk.outcome["ok"]]
+                failed = [rk for rk in self.ranks.values() if rk.outcome and not rk.outcome.ok]
                 if failed and first_failure is None:
                     first_failure = now
                 if first_failure is not None and now - first_failure > self.opts.grace:
@@ -223,7 +229,7 @@ class CellRun:
         for rk in self.ranks.values():
             if rk.outcome is None:
                 self._collect(rk)
-            if rk.outcome.get("kind") not in ("died", "hung"):
+            if rk.outcome.kind not in ("died", "hung"):
                 rk.ar.wait_for_output(timeout=_OUTPUT_WAIT)  # iopub may trail the reply
             self._stream(rk, final=True)
         report.seconds = time.monotonic() - t0
@@ -233,22 +239,22 @@ class CellRun:
     def _summarise(self, report: CellReport, timed_out: bool) -> None:
         for rk in self.ranks.values():
             out = rk.outcome
-            if not out.get("group_formed", False) and len(self.ranks) == len(self.cluster.slots):
+            if not out.group_formed and len(self.ranks) == len(self.cluster.slots):
                 report.group_broken = True
-            if out["ok"]:
+            if out.ok:
                 if rk.rank == self.main_rank:
-                    report.value = unpack(out.get("value"))
+                    report.value = unpack(out.value)
                 continue
-            kind = out["kind"]
-            if timed_out and kind == "interrupted":
-                kind = "timeout"
-                out = dict(
-                    out, summary=f"stopped: the cell ran past --timeout {self.opts.timeout:g} s"
+            if timed_out and out.kind == "interrupted":
+                out = dataclasses.replace(
+                    out,
+                    kind="timeout",
+                    summary=f"stopped: the cell ran past --timeout {self.opts.timeout:g} s",
                 )
-            if kind in ("died", "hung"):
+            if out.kind in ("died", "hung"):
                 report.lost.append(rk.rank)
             report.failures.append(
-                RankFailure(rk.rank, out["summary"], out.get("traceback", ""), out["at"], kind)
+                RankFailure(rk.rank, out.summary, out.traceback, out.at, out.kind)
             )
         if report.failures:
             report.group_broken = True

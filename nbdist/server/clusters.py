@@ -52,8 +52,8 @@ def parse_count(value: object) -> int:
         n = None
     if n is None or not 1 <= n <= MAX_ENGINES:
         raise ClusterError(
-            400, f"the number of engines must be a whole number from 1 to {MAX_ENGINES}, "
-            f"not {value!r}"
+            400,
+            f"the number of engines must be a whole number from 1 to {MAX_ENGINES}, not {value!r}",
         )
     return n
 
@@ -83,23 +83,36 @@ class Clusters:
         finally:
             os.close(fd)
         self._children[proc.pid] = (proc, log)
-        return _entry(cluster_id=None, owner="sidebar", state="starting", pid=proc.pid, n=n,
-                      started=time.time())
+        return _entry(
+            cluster_id=None,
+            owner="sidebar",
+            state="starting",
+            pid=proc.pid,
+            n=n,
+            started=time.time(),
+        )
 
     def stop(self, cluster_id: str) -> dict:
         """Ask the host of ``cluster_id`` to stop its cluster; return at once (``stopping``)."""
         for rec in registry.live():
-            if rec.get("cluster_id") == cluster_id:
+            if rec.cluster_id == cluster_id:
                 try:
-                    os.kill(rec["pid"], signal.SIGTERM)
+                    os.kill(rec.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     break
-                return _entry(cluster_id=cluster_id, owner="sidebar", state="stopping",
-                              pid=rec["pid"], n=rec.get("n"), started=rec.get("started"))
+                return _entry(
+                    cluster_id=cluster_id,
+                    owner="sidebar",
+                    state="stopping",
+                    pid=rec.pid,
+                    n=rec.n,
+                    started=rec.started,
+                )
         if any(c["cluster_id"] == cluster_id for c in self._kernel_clusters(set(), set())):
             raise ClusterError(
-                409, f"cluster {cluster_id} belongs to a notebook kernel: stop it there with "
-                "%nbdist stop (or shut that kernel down)"
+                409,
+                f"cluster {cluster_id} belongs to a notebook kernel: stop it there with "
+                "%nbdist stop (or shut that kernel down)",
             )
         raise ClusterError(404, f"no running cluster {cluster_id!r}: refresh the list")
 
@@ -110,13 +123,19 @@ class Clusters:
         out: list[dict] = []
         seen_hosts: set[int] = set()
         for rec in registry.live():
-            seen_hosts.add(rec["pid"])
-            out.append(_entry(
-                cluster_id=rec.get("cluster_id"), owner="sidebar", state=rec.get("state"),
-                pid=rec["pid"], n=rec.get("n"), started=rec.get("started"),
-                backend=rec.get("backend"),
-                engines=[_engine(e.get("pid"), e.get("rank")) for e in rec.get("engines", [])],
-            ))
+            seen_hosts.add(rec.pid)
+            out.append(
+                _entry(
+                    cluster_id=rec.cluster_id,
+                    owner="sidebar",
+                    state=rec.state,
+                    pid=rec.pid,
+                    n=rec.n,
+                    started=rec.started,
+                    backend=rec.backend if rec.cluster_id else None,  # known once running
+                    engines=[_engine(e.get("pid"), e.get("rank")) for e in rec.engines],
+                )
+            )
         for pid, (proc, _) in self._children.items():
             if pid not in seen_hosts and proc.poll() is None:  # before its first record
                 out.append(_entry(cluster_id=None, owner="sidebar", state="starting", pid=pid))
@@ -139,17 +158,22 @@ class Clusters:
             except OSError:
                 pass
             if code != 0:
-                self._failed.append(_entry(
-                    cluster_id=None, owner="sidebar", state="failed", pid=pid,
-                    started=time.time(),
-                    error=trim(text.strip(), head=5, tail=10) or f"exit status {code}",
-                ))
+                self._failed.append(
+                    _entry(
+                        cluster_id=None,
+                        owner="sidebar",
+                        state="failed",
+                        pid=pid,
+                        started=time.time(),
+                        error=trim(text.strip(), head=5, tail=10) or f"exit status {code}",
+                    )
+                )
             log.unlink(missing_ok=True)
             registry.remove(pid)  # a host that died without cleaning up
 
     def _kernel_clusters(self, known_ids: set[str], host_pids: set[int]) -> list[dict]:
         """Clusters whose controller runs, from ipyparallel's cluster files in nbdist's profile."""
-        from ..notebook.cluster import profile_dir  # ipyparallel, not torch
+        from ..notebook.engines.processes import profile_dir  # neither ipyparallel nor torch
 
         profile = profile_dir()
         out = []
@@ -163,16 +187,23 @@ class Clusters:
             if cid in known_ids or not _running(ctl_pid) or _parent(ctl_pid) in host_pids:
                 continue  # gone, or a host's cluster not ready yet
             log_dir = profile / "log" / cid
-            pids = sorted(int(m.group(1)) for p in _listdir(log_dir)
-                          if (m := _ENGINE_LOG.match(p.name)))
+            pids = sorted(
+                int(m.group(1)) for p in _listdir(log_dir) if (m := _ENGINE_LOG.match(p.name))
+            )
             try:
                 started = f.stat().st_mtime
             except OSError:
                 started = None
-            out.append(_entry(
-                cluster_id=cid, owner="kernel", state="running", pid=ctl_pid, started=started,
-                engines=[_engine(p, None) for p in pids],
-            ))
+            out.append(
+                _entry(
+                    cluster_id=cid,
+                    owner="kernel",
+                    state="running",
+                    pid=ctl_pid,
+                    started=started,
+                    engines=[_engine(p, None) for p in pids],
+                )
+            )
         return out
 
 
@@ -203,12 +234,18 @@ def _engine(pid: object, rank: object) -> dict:
     return {"pid": pid, "rank": rank, "alive": _running(pid)}
 
 
-def _entry(*, cluster_id, owner, state, pid, n=None, started=None, backend=None, engines=None,
-           error=None) -> dict:
+def _entry(
+    *, cluster_id, owner, state, pid, n=None, started=None, backend=None, engines=None, error=None
+) -> dict:
     out = {
-        "cluster_id": cluster_id, "owner": owner, "state": state, "pid": pid,
+        "cluster_id": cluster_id,
+        "owner": owner,
+        "state": state,
+        "pid": pid,
         "n": n if n is not None else (len(engines) if engines else None),
-        "started": started, "backend": backend, "engines": engines or [],
+        "started": started,
+        "backend": backend,
+        "engines": engines or [],
     }
     if error:
         out["error"] = error

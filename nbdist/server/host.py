@@ -24,16 +24,19 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import asdict
+from collections.abc import Iterable
+from dataclasses import asdict, replace
 
+from ..protocol import HostRecord, SlotRecord
 from . import registry
 
 
 class _Control:
     """The host's end of the control socket."""
 
-    def __init__(self, cluster, path: str):
+    def __init__(self, cluster, record: _Record, path: str):
         self.cluster = cluster
+        self.record = record
         self.path = path
         self._lock = threading.Lock()  # one spawn at a time: the ipyparallel client is not shared
         self._watchers: list[socket.socket] = []
@@ -82,7 +85,7 @@ class _Control:
             before = set(engines.engine_pids)
             ids = engines.add_engines(n, known=set(engines.client.ids))
             pids = sorted(engines.engine_pids - before)
-        _update_record(engines=[{"pid": p, "rank": None} for p in pids])
+        self.record.add_engines({"pid": p, "rank": None} for p in pids)
         return {"ids": ids, "pids": pids}
 
     def _forward_exits(self) -> None:
@@ -105,14 +108,25 @@ class _Control:
             self._watchers.clear()
 
 
-_record: dict = {}
+class _Record:
+    """This host's record (``protocol.HostRecord``), written again at every change."""
 
+    def __init__(self, pid: int, n: int):
+        self._lock = threading.Lock()  # the control thread adds engines while main may update
+        self.value = HostRecord(pid=pid, n=n, state="starting", started=time.time())
+        registry.write(self.value)
 
-def _update_record(engines: list[dict] | None = None, **fields) -> None:
-    _record.update(fields)
-    if engines:
-        _record.setdefault("engines", []).extend(engines)
-    registry.write(_record)
+    def update(self, **fields) -> None:
+        """Change these fields of the record, and write it."""
+        with self._lock:
+            self.value = replace(self.value, **fields)
+            registry.write(self.value)
+
+    def add_engines(self, engines: Iterable[dict]) -> None:
+        """Add engines started since (``{"pid": PID, "rank": RANK or None}`` each)."""
+        with self._lock:
+            self.value = replace(self.value, engines=(*self.value.engines, *engines))
+            registry.write(self.value)
 
 
 def _watch_parent(stop: threading.Event, period: float = 0.5) -> None:
@@ -138,28 +152,28 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     _watch_parent(stop)
     pid = os.getpid()
-    _update_record(pid=pid, n=args.n, state="starting", started=time.time(), cluster_id=None)
+    record = _Record(pid, args.n)
     control = cluster = None
     try:
         from ..notebook import session  # torch comes in here, in this process only
-        from ..notebook.cluster import profile_dir
+        from ..notebook.engines.processes import profile_dir
 
         t0 = time.perf_counter()
         cluster = session.start(n=args.n)
-        control = _Control(cluster, str(registry.socket_path(pid)))
+        control = _Control(cluster, record, str(registry.socket_path(pid)))
         cfg = cluster.cfg
-        _update_record(
+        record.update(
             state="running",
             cluster_id=cluster.engines.cluster_id,
             ready_seconds=round(time.perf_counter() - t0, 3),
-            slots=[asdict(s) for s in cluster.slots],
-            engines=[{"pid": s.pid, "rank": s.rank} for s in cluster.slots],
+            slots=tuple(SlotRecord(**asdict(s)) for s in cluster.slots),
+            engines=tuple({"pid": s.pid, "rank": s.rank} for s in cluster.slots),
             backend=cluster.backend,
             master_port=cluster.master_port,
             attempt=cluster.attempt,
             ip=cfg.ip,
             threads=cfg.threads,
-            inventory={str(k): v for k, v in cluster.inventory.items()},
+            inventory=dict(cluster.inventory),
             profile_dir=str(profile_dir()),
             log_dir=str(cluster.engines.log_dir),
             socket=str(registry.socket_path(pid)),
@@ -173,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         if registry.record_path(pid).exists():
-            _update_record(state="stopping")
+            record.update(state="stopping")
         if control is not None:
             control.close()
         if cluster is not None:

@@ -4,7 +4,8 @@ A cluster host (``nbdist.server.host``, started from the sidebar) writes ``host-
 it starts and rewrites it when its cluster is ready; it removes it when it leaves. Records are
 written atomically (never half-written) and readable by their owner alone, in a directory of
 mode 0700 that also holds each host's control socket. The server lists these records and
-``nbdist.attach()`` connects a notebook to the cluster one describes.
+``nbdist.attach()`` connects a notebook to the cluster one describes. A record is a
+``protocol.HostRecord``; files that do not hold one are skipped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import psutil
 
 from .. import config
 from ..errors import UsageError
+from ..protocol import HostRecord
 
 _HOST_MODULE = "nbdist.server.host"
 
@@ -41,14 +43,14 @@ def socket_path(pid: int) -> Path:
     return records_dir() / f"host-{pid}.sock"
 
 
-def write(record: dict) -> None:
+def write(record: HostRecord) -> None:
     """Write ``record`` (which names its host's ``pid``) atomically, mode 0600."""
     folder = records_dir(create=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".record-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:  # mkstemp makes it 0600
-            json.dump(record, f, indent=1)
-        os.replace(tmp, record_path(record["pid"]))
+            json.dump(record.to_dict(), f, indent=1)
+        os.replace(tmp, record_path(record.pid))
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -71,31 +73,38 @@ def host_alive(pid: int | None) -> bool:
         return False
 
 
-def read_all() -> list[dict]:
+def read(path: Path) -> HostRecord | None:
+    """The record in ``path``; None when it cannot be read or holds no host record."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # being replaced this very moment, or not ours
+    if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
+        return None
+    try:
+        return HostRecord.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # written by another version, or not ours
+
+
+def read_all() -> list[HostRecord]:
     """Every record on disk, live or stale, newest first; unreadable files are skipped."""
-    out = []
     folder = records_dir()
     if not folder.is_dir():
-        return out
-    for f in folder.glob("host-*.json"):
-        try:
-            rec = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue  # being replaced this very moment, or not ours
-        if isinstance(rec, dict) and isinstance(rec.get("pid"), int):
-            out.append(rec)
-    out.sort(key=lambda r: r.get("started") or 0, reverse=True)
+        return []
+    out = [r for f in folder.glob("host-*.json") if (r := read(f)) is not None]
+    out.sort(key=lambda r: r.started or 0, reverse=True)
     return out
 
 
-def live() -> list[dict]:
+def live() -> list[HostRecord]:
     """Records of hosts that are still running, newest first."""
-    return [r for r in read_all() if host_alive(r["pid"])]
+    return [r for r in read_all() if host_alive(r.pid)]
 
 
-def find(cluster_id: str | None = None) -> dict:
+def find(cluster_id: str | None = None) -> HostRecord:
     """The running cluster ``cluster_id`` (default: the newest one), or a one-line UsageError."""
-    ready = [r for r in live() if r.get("state") == "running"]
+    ready = [r for r in live() if r.state == "running"]
     if cluster_id is None:
         if not ready:
             raise UsageError(
@@ -104,9 +113,9 @@ def find(cluster_id: str | None = None) -> dict:
             )
         return ready[0]
     for r in ready:
-        if r.get("cluster_id") == cluster_id:
+        if r.cluster_id == cluster_id:
             return r
-    known = ", ".join(r["cluster_id"] for r in ready) or "none"
+    known = ", ".join(str(r.cluster_id) for r in ready) or "none"
     raise UsageError(
         f"no running cluster {cluster_id!r} (running: {known}); "
         "%nbdist attach with no id takes the newest"

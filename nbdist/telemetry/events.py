@@ -1,21 +1,22 @@
 """The telemetry schema, one for all places: what engines send, the collector keeps, the store has.
 
-Engines publish *batches* through ipyparallel's data publication (``publish_data``), each under a
-fresh key ``nbdist:<pid>:<seq>`` in the result's ``metadata['data']``; the collector pops the keys
-it has read, so a batch is never overwritten nor read twice. A batch is a plain dict::
+Engine -> kernel. Every ``FLUSH_INTERVAL`` while a cell runs, an engine publishes one ``Batch``
+(its ``MetricRecord``s, ``EventRecord``s and maybe a ``HealthSample``) through ipyparallel's data
+publication, under a fresh key ``nbdist:<pid>:<seq>`` in the result's ``metadata['data']``; the
+collector pops the keys it has read, so a batch is never overwritten nor read twice, and ignores
+batches of another ``VERSION``.
 
-    {"v": 1, "rank": 0, "seq": 7, "sent": 1718000000.1,
-     "metrics": [(time, step, loss, samples, total, extra), ...],
-     "health": {...HEALTH_FIELDS...} or None,
-     "events": [(time, kind, message, data), ...]}
-
-The same names are the run store's columns and the sidebar's JSON fields.
+Kernel -> run store -> sidebar. The store keeps a row per run (``RUN_FIELDS``), a row per metric
+record (``METRIC_COLUMNS``), each rank's latest ``WorkerHealth`` and every ``RunEvent``. Its
+readers return dicts with exactly these names, and ``extension/src/api.ts`` declares the same
+(``tests/unit/test_schema.py`` checks both). Nothing here imports torch or numpy.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 #: Version of the batch format; the collector ignores batches of another version.
 VERSION = 1
@@ -29,28 +30,22 @@ STATES = (OK, SLOW, SILENT, DEAD)
 #: Run statuses in the store. ``lost``: the kernel writing it stopped without closing it.
 RUN_STATUSES = ("running", "ok", "failed", "interrupted", "stopped", "lost")
 
-#: Event kinds. Fault tolerance adds its own with ``RunMonitor.event``; these are the known ones.
+#: Event kinds nbdist records: engine events (``checkpoint``), verdicts on ranks, recovery's
+#: (``failure``, ``restart``), phase changes, and the run's end (its status).
 EVENT_KINDS = (
-    "started", "finished", "failed", "died", "restart", "checkpoint", "nan", "slow", "silent",
-    "recovered", "stopped", "warning",
-)
-
-#: One metric record as it travels: a tuple, cheap to build on the engine and to pickle.
-METRIC_FIELDS = ("time", "step", "loss", "samples", "total", "extra")
-
-#: Health sample fields (engine side), plus what the collector adds (``state``, ages).
-HEALTH_FIELDS = (
-    "time",  # engine clock when sampled
-    "host",
-    "pid",
-    "cpu",  # % of one core, since the previous sample
-    "rss",  # bytes
-    "gpu_util",  # %, None without CUDA (or without NVML)
-    "gpu_mem",  # bytes allocated by torch on this rank's GPU, None without CUDA
-    "last_step",  # engine time of the last report(), None before the first
-    "step_time",  # seconds between the last two report() calls
-    "comm_share",  # fraction of the step spent waiting in collectives, None if unknown
-    "reports",  # report() calls so far in this cell
+    "checkpoint",
+    "nan",
+    "slow",
+    "silent",
+    "died",
+    "recovered",
+    "failure",
+    "restart",
+    "phase",
+    "finished",
+    "failed",
+    "interrupted",
+    "stopped",
 )
 
 
@@ -59,20 +54,116 @@ def key(pid: int, seq: int) -> str:
     return f"{KEY_PREFIX}{pid}:{seq}"
 
 
-def batch(rank: int, seq: int, sent: float, metrics: list, health: dict | None,
-          events: list) -> dict:
-    """One batch, as the engine publishes it."""
-    return {"v": VERSION, "rank": rank, "seq": seq, "sent": sent, "metrics": metrics,
-            "health": health, "events": events}
+# -- engine -> kernel (``nbdist.protocol`` re-exports these) ------------------------------------
+class MetricRecord(NamedTuple):
+    """One ``report()`` call. A named tuple: small and quick to pickle. ``report()`` queues the
+    plain tuple of these fields (cheapest on the training thread); the engine's sender thread
+    makes the record."""
+
+    time: float  # engine clock
+    step: int | None
+    loss: float | None  # a tensor until the reporter's thread reads it (off the training thread)
+    samples: float | None  # samples this rank processed since its previous report
+    total: int | None  # steps in the run, when the cell says
+    extra: dict[str, float] | None  # any other numbers (lr=..., comm_time=...)
 
 
-def finite(x: Any) -> bool:
-    """True for a real, finite number; False for NaN, +-inf (and for None)."""
-    return isinstance(x, (int, float)) and math.isfinite(x)
+class EventRecord(NamedTuple):
+    """Something that happened on a rank (``nbdist.worker.reporter.event``)."""
+
+    time: float
+    kind: str
+    message: str
+    data: dict | None
 
 
-def metric_dict(rec: tuple | list, rank: int) -> dict:
-    """A metric record as the dict the store's readers return (without ``id``)."""
-    t, step, loss, samples, total, extra = rec
-    return {"time": t, "rank": rank, "step": step, "loss": loss, "samples": samples,
-            "total": total, "extra": extra or {}}
+@dataclass(frozen=True)
+class HealthSample:
+    """A rank's health, sampled every half second by the engine's reporter thread."""
+
+    time: float  # engine clock when sampled
+    host: str
+    pid: int
+    cpu: float | None = None  # % of one core, since the previous sample
+    rss: int | None = None  # bytes
+    gpu_util: float | None = None  # %, None without CUDA (or without NVML)
+    gpu_mem: int | None = None  # bytes allocated by torch on this rank's GPU, None without CUDA
+    last_step: float | None = None  # engine time of the last report(), None before the first
+    step_time: float | None = None  # seconds between the last two report() calls
+    comm_share: float | None = None  # fraction of the step spent in collectives, None if unknown
+    reports: int = 0  # report() calls so far in this cell
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What an engine publishes every ``FLUSH_INTERVAL`` while a cell runs."""
+
+    rank: int
+    seq: int
+    sent: float
+    metrics: list[MetricRecord] = field(default_factory=list)
+    health: HealthSample | None = None
+    events: list[EventRecord] = field(default_factory=list)
+    v: int = VERSION
+
+
+# -- kernel -> run store -> sidebar --------------------------------------------------------------
+class RunEvent(NamedTuple):
+    """An event of a run, from an engine or from the kernel (``rank`` None: the whole run)."""
+
+    time: float
+    kind: str
+    rank: int | None
+    message: str
+    data: dict | None
+
+
+@dataclass(frozen=True)
+class WorkerHealth:
+    """A rank's latest health as the kernel judges it: the store's ``health`` row, the
+    sidebar's worker. ``state`` is the verdict (``STATES``); the ages are the kernel's view."""
+
+    rank: int
+    time: float
+    host: str = ""
+    state: str = OK
+    cpu: float | None = None
+    rss: float | None = None
+    gpu_util: float | None = None
+    gpu_mem: float | None = None
+    step_time: float | None = None  # the collector's smoothed seconds per step
+    comm_share: float | None = None
+    heartbeat_age: float | None = None  # seconds since the rank's latest batch
+    last_report_age: float | None = None  # seconds since its latest metric record
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> WorkerHealth:
+        """A row given as a dict (scripts, tests); missing values are None."""
+        return cls(**{k: row[k] for k in HEALTH_COLUMNS if row.get(k) is not None})
+
+
+#: A metric row in the store: who sent it and its record (``total`` goes to the run instead).
+METRIC_COLUMNS = ("time", "rank", *(f for f in MetricRecord._fields if f not in ("time", "total")))
+#: A health row in the store, in order.
+HEALTH_COLUMNS = tuple(f.name for f in dataclasses.fields(WorkerHealth))
+#: An event row in the store, in order.
+EVENT_COLUMNS = RunEvent._fields
+#: A run as the store lists it (``RunStore.list_runs``); ``get_run`` adds ``RUN_DETAIL_FIELDS``.
+RUN_FIELDS = (
+    "id",
+    "name",
+    "label",
+    "started",
+    "ended",
+    "updated",
+    "status",
+    "cluster_id",
+    "world_size",
+    "step",
+    "total",
+    "loss",
+    "nonfinite",
+    "samples_per_s",
+    "options",
+)
+RUN_DETAIL_FIELDS = ("source", "failures", "kernel_pid")

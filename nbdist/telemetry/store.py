@@ -2,148 +2,46 @@
 
 One file, ``data_dir()/runs.sqlite`` by default (``$NBDIST_DATA_DIR`` moves it), readable by its
 owner only. WAL mode with short transactions and a busy timeout: the kernel writes while the
-Jupyter server (another process) reads. Every reader returns plain, JSON-safe data: a loss that
-is NaN or infinite comes back as ``None`` with ``nonfinite`` set to ``"nan"``, ``"inf"`` or
-``"-inf"``.
+Jupyter server (another process) reads. Every reader returns plain, JSON-safe data named as in
+``telemetry.events`` (the sidebar's types follow the same names): a loss that is NaN or infinite
+comes back as ``None`` with ``nonfinite`` set to ``"nan"``, ``"inf"`` or ``"-inf"``.
 
-Writers are used by the notebook's collector; readers by ``nbdist.runs()`` and the sidebar.
-A ``RunStore`` may be shared by threads: each thread gets its own connection.
+The kernel writes through ``writer.StoreWriter`` (a background thread, typed records); readers
+are ``nbdist.runs()`` and the sidebar. The row writers also take dicts with the records' names,
+for scripts and tests. A ``RunStore`` may be shared by threads: each gets its own connection.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sqlite3
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import config
+from . import tables
+from .events import (
+    EVENT_COLUMNS,
+    HEALTH_COLUMNS,
+    METRIC_COLUMNS,
+    RUN_DETAIL_FIELDS,
+    RUN_FIELDS,
+    MetricRecord,
+    RunEvent,
+    WorkerHealth,
+)
 
 #: A run still marked ``running`` whose writer has not touched it for this long is ``lost``.
 LOST_AFTER = 60.0
-
-_SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT NOT NULL DEFAULT '',
-    label TEXT NOT NULL DEFAULT '',
-    started REAL NOT NULL,
-    ended REAL,
-    updated REAL NOT NULL,
-    status TEXT NOT NULL DEFAULT 'running',
-    cluster_id TEXT NOT NULL DEFAULT '',
-    world_size INTEGER NOT NULL DEFAULT 0,
-    step INTEGER,
-    total INTEGER,
-    loss REAL,
-    nonfinite TEXT,
-    samples_per_s REAL,
-    options TEXT NOT NULL DEFAULT '{}',
-    source TEXT NOT NULL DEFAULT '',
-    failures TEXT NOT NULL DEFAULT '[]',
-    kernel_pid INTEGER
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id INTEGER NOT NULL,
-    time REAL NOT NULL,
-    rank INTEGER NOT NULL,
-    step INTEGER,
-    loss REAL,
-    nonfinite TEXT,
-    samples REAL,
-    extra TEXT
-);
-CREATE INDEX IF NOT EXISTS metrics_run ON metrics (run_id, id);
-CREATE TABLE IF NOT EXISTS health (
-    run_id INTEGER NOT NULL,
-    rank INTEGER NOT NULL,
-    time REAL NOT NULL,
-    host TEXT NOT NULL DEFAULT '',
-    state TEXT NOT NULL DEFAULT 'ok',
-    cpu REAL,
-    rss REAL,
-    gpu_util REAL,
-    gpu_mem REAL,
-    step_time REAL,
-    comm_share REAL,
-    heartbeat_age REAL,
-    last_report_age REAL,
-    PRIMARY KEY (run_id, rank)
-);
-CREATE TABLE IF NOT EXISTS health_samples (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id INTEGER NOT NULL,
-    rank INTEGER NOT NULL,
-    time REAL NOT NULL,
-    state TEXT NOT NULL,
-    cpu REAL,
-    rss REAL,
-    gpu_util REAL,
-    gpu_mem REAL,
-    step_time REAL,
-    comm_share REAL
-);
-CREATE INDEX IF NOT EXISTS health_samples_run ON health_samples (run_id, id);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id INTEGER NOT NULL,
-    time REAL NOT NULL,
-    kind TEXT NOT NULL,
-    rank INTEGER,
-    message TEXT NOT NULL DEFAULT '',
-    data TEXT
-);
-CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
-"""
-
-_RUN_FIELDS = (
-    "name", "label", "ended", "status", "cluster_id", "world_size", "step", "total", "loss",
-    "samples_per_s", "options", "source", "failures",
-)
-_HEALTH_COLS = (
-    "host", "state", "cpu", "rss", "gpu_util", "gpu_mem", "step_time", "comm_share",
-    "heartbeat_age", "last_report_age",
-)
 
 
 def default_path() -> Path:
     """Where the run store lives: ``data_dir()/runs.sqlite``."""
     return config.data_dir() / "runs.sqlite"
-
-
-def _split_loss(loss: Any) -> tuple[float | None, str | None]:
-    """A loss as (finite value or None, ``nan``/``inf``/``-inf`` or None)."""
-    if loss is None:
-        return None, None
-    loss = float(loss)
-    if math.isnan(loss):
-        return None, "nan"
-    if math.isinf(loss):
-        return None, "inf" if loss > 0 else "-inf"
-    return loss, None
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, default=repr, allow_nan=False) if value is not None else "null"
-
-
-def _safe(value: Any) -> Any:
-    """JSON-safe copy: non-finite floats become their name as a string."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {str(k): _safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_safe(v) for v in value]
-    return value
 
 
 class RunStore:
@@ -175,7 +73,8 @@ class RunStore:
             conn.execute("PRAGMA synchronous = NORMAL")
             if not self._ready:
                 conn.executescript(  # idempotent; one transaction
-                    f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version = {_SCHEMA_VERSION};COMMIT;"
+                    f"BEGIN IMMEDIATE;{tables.SCHEMA}"
+                    f"PRAGMA user_version = {tables.SCHEMA_VERSION};COMMIT;"
                 )
                 self._ready = True
         self._local.conn = conn
@@ -211,91 +110,100 @@ class RunStore:
             cur = conn.execute(
                 "INSERT INTO runs (name, label, started, updated, cluster_id, world_size, total,"
                 " options, source, kernel_pid) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (name, label, now, now, cluster_id, world_size, total, _json(_safe(options or {})),
-                 source, os.getpid()),
+                (
+                    name,
+                    label,
+                    now,
+                    now,
+                    cluster_id,
+                    world_size,
+                    total,
+                    tables.to_json(options or {}),
+                    source,
+                    os.getpid(),
+                ),
             )
         return int(cur.lastrowid)
 
     def update_run(self, run_id: int, **fields: Any) -> None:
         """Set some of a run's fields (step, total, loss, samples_per_s, status, label, ...)."""
-        bad = set(fields) - set(_RUN_FIELDS)
+        bad = set(fields) - set(tables.SETTABLE_RUN_FIELDS)
         if bad:
             raise ValueError(f"unknown run fields: {sorted(bad)}")
         cols, vals = ["updated = ?"], [time.time()]
         for k, v in fields.items():
             if k == "loss":
-                v, nonfinite = _split_loss(v)
+                v, nonfinite = tables.split_loss(v)
                 cols.append("nonfinite = ?")
                 vals.append(nonfinite)
             elif k in ("options", "failures"):
-                v = _json(_safe(v))
+                v = tables.to_json(v)
             cols.append(f"{k} = ?")
             vals.append(v)
         conn = self._w()
         with _tx(conn):
             conn.execute(f"UPDATE runs SET {', '.join(cols)} WHERE id = ?", (*vals, run_id))
 
-    def end_run(self, run_id: int, status: str, failures: list | None = None,
-                ended: float | None = None) -> None:
+    def end_run(
+        self, run_id: int, status: str, failures: list | None = None, ended: float | None = None
+    ) -> None:
         """Close a run: its final status (ok, failed, interrupted, stopped) and failures."""
-        self.update_run(run_id, status=status, ended=ended or time.time(),
-                        failures=failures or [])
+        self.update_run(run_id, status=status, ended=ended or time.time(), failures=failures or [])
 
-    def add_metrics(self, run_id: int, rows: Iterable[dict]) -> None:
-        """Append metric rows: dicts with time, rank, step, loss, samples, extra."""
-        data = []
-        for r in rows:
-            loss, nonfinite = _split_loss(r.get("loss"))
-            extra = r.get("extra") or None
-            data.append((run_id, r["time"], r["rank"], r.get("step"), loss, nonfinite,
-                         r.get("samples"), _json(_safe(extra)) if extra else None))
-        if not data:
-            return
-        conn = self._w()
-        with _tx(conn):
-            conn.executemany(
-                "INSERT INTO metrics (run_id, time, rank, step, loss, nonfinite, samples, extra)"
-                " VALUES (?,?,?,?,?,?,?,?)", data)
+    def add_metric_records(
+        self, run_id: int, by_rank: Iterable[tuple[int, Sequence[MetricRecord]]]
+    ) -> None:
+        """Append metric records, given as (rank, records) pairs, in one transaction."""
+        data = [tables.metric_row(run_id, rank, rec) for rank, recs in by_rank for rec in recs]
+        if data:
+            conn = self._w()
+            with _tx(conn):
+                conn.executemany(tables.INSERT_METRIC, data)
 
-    def put_health(self, run_id: int, rows: Iterable[dict], history: bool = True) -> None:
-        """Record each rank's latest health (dicts with rank, time and HEALTH columns)."""
-        rows = list(rows)
+    def add_metrics(self, run_id: int, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append metric rows given as dicts: ``rank`` and ``MetricRecord``'s fields."""
+        self.add_metric_records(
+            run_id, ((rank, (rec,)) for rank, rec in map(tables.metric_from_dict, rows))
+        )
+
+    def put_health(
+        self, run_id: int, rows: Iterable[WorkerHealth | Mapping[str, Any]], history: bool = True
+    ) -> None:
+        """Record each rank's latest health (``WorkerHealth``, or dicts with its fields)."""
+        rows = [r if isinstance(r, WorkerHealth) else WorkerHealth.from_dict(r) for r in rows]
         if not rows:
             return
         conn = self._w()
-        cols = ("run_id", "rank", "time", *_HEALTH_COLS)
         with _tx(conn):
-            conn.executemany(
-                f"INSERT OR REPLACE INTO health ({', '.join(cols)}) "
-                f"VALUES ({', '.join('?' * len(cols))})",
-                [(run_id, r["rank"], r["time"], *(_num_or(r, c) for c in _HEALTH_COLS))
-                 for r in rows])
+            conn.executemany(tables.INSERT_HEALTH, [tables.health_row(run_id, r) for r in rows])
             if history:
                 conn.executemany(
-                    "INSERT INTO health_samples (run_id, rank, time, state, cpu, rss, gpu_util,"
-                    " gpu_mem, step_time, comm_share) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    [(run_id, r["rank"], r["time"], r.get("state") or "ok", r.get("cpu"),
-                      r.get("rss"), r.get("gpu_util"), r.get("gpu_mem"), r.get("step_time"),
-                      r.get("comm_share")) for r in rows])
+                    tables.INSERT_HISTORY, [tables.history_row(run_id, r) for r in rows]
+                )
             conn.execute("UPDATE runs SET updated = ? WHERE id = ?", (time.time(), run_id))
 
-    def add_event(self, run_id: int, kind: str, rank: int | None = None, message: str = "",
-                  data: dict | None = None, at: float | None = None) -> None:
+    def add_event(
+        self,
+        run_id: int,
+        kind: str,
+        rank: int | None = None,
+        message: str = "",
+        data: dict | None = None,
+        at: float | None = None,
+    ) -> None:
         """Append one event (a worker died, a restart, a checkpoint, a NaN loss, ...)."""
-        self.add_events(run_id, [{"time": at or time.time(), "kind": kind, "rank": rank,
-                                  "message": message, "data": data}])
+        self.add_events(run_id, [RunEvent(at or time.time(), kind, rank, message, data)])
 
-    def add_events(self, run_id: int, rows: Iterable[dict]) -> None:
-        """Append events: dicts with time, kind, rank, message, data."""
-        data = [(run_id, r["time"], r["kind"], r.get("rank"), str(r.get("message") or ""),
-                 _json(_safe(r["data"])) if r.get("data") else None) for r in rows]
-        if not data:
-            return
-        conn = self._w()
-        with _tx(conn):
-            conn.executemany(
-                "INSERT INTO events (run_id, time, kind, rank, message, data)"
-                " VALUES (?,?,?,?,?,?)", data)
+    def add_events(self, run_id: int, rows: Iterable[RunEvent | Mapping[str, Any]]) -> None:
+        """Append events (``RunEvent``, or dicts with its fields)."""
+        data = [
+            tables.event_row(run_id, r if isinstance(r, RunEvent) else tables.event_from_dict(r))
+            for r in rows
+        ]
+        if data:
+            conn = self._w()
+            with _tx(conn):
+                conn.executemany(tables.INSERT_EVENT, data)
 
     def touch(self, run_id: int) -> None:
         """Say that the writer of a running run is still alive."""
@@ -324,46 +232,58 @@ class RunStore:
             raise
 
     def list_runs(self, limit: int = 100) -> list[dict]:
-        """The latest runs, newest first."""
+        """The latest runs, newest first (``RUN_FIELDS``)."""
         rows = self._read("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (int(limit),))
         return [_run(r) for r in rows]
 
     def get_run(self, run_id: int) -> dict | None:
-        """One run with its options, source and failures; None if there is no such run."""
+        """One run with its source and failures too; None if there is no such run."""
         rows = self._read("SELECT * FROM runs WHERE id = ?", (int(run_id),))
         return _run(rows[0], full=True) if rows else None
 
     def metrics(self, run_id: int, since_id: int = 0) -> list[dict]:
-        """A run's metric rows after ``since_id`` (for polling), oldest first."""
+        """A run's metric rows after ``since_id`` (for polling), oldest first: ``id``,
+        ``METRIC_COLUMNS`` and ``nonfinite``."""
         rows = self._read(
-            "SELECT id, time, rank, step, loss, nonfinite, samples, extra FROM metrics"
-            " WHERE run_id = ? AND id > ? ORDER BY id", (int(run_id), int(since_id)))
-        return [
-            {"id": r["id"], "time": r["time"], "rank": r["rank"], "step": r["step"],
-             "loss": r["loss"], "nonfinite": r["nonfinite"], "samples": r["samples"],
-             "extra": json.loads(r["extra"]) if r["extra"] else {}}
-            for r in rows
-        ]
+            f"SELECT id, {', '.join(METRIC_COLUMNS)}, nonfinite FROM metrics"
+            " WHERE run_id = ? AND id > ? ORDER BY id",
+            (int(run_id), int(since_id)),
+        )
+        out = []
+        for r in rows:
+            row = dict(r)
+            row["extra"] = json.loads(row["extra"]) if row["extra"] else {}
+            out.append(row)
+        return out
 
     def health(self, run_id: int) -> list[dict]:
-        """Each rank's latest health, by rank."""
-        rows = self._read("SELECT * FROM health WHERE run_id = ? ORDER BY rank", (int(run_id),))
-        return [{k: r[k] for k in ("rank", "time", *_HEALTH_COLS)} for r in rows]
+        """Each rank's latest health (``HEALTH_COLUMNS``), by rank."""
+        rows = self._read(
+            f"SELECT {', '.join(HEALTH_COLUMNS)} FROM health WHERE run_id = ? ORDER BY rank",
+            (int(run_id),),
+        )
+        return [dict(r) for r in rows]
 
     def health_history(self, run_id: int, since_id: int = 0) -> list[dict]:
         """Every health sample recorded for a run, oldest first."""
-        rows = self._read("SELECT * FROM health_samples WHERE run_id = ? AND id > ? ORDER BY id",
-                          (int(run_id), int(since_id)))
+        rows = self._read(
+            "SELECT * FROM health_samples WHERE run_id = ? AND id > ? ORDER BY id",
+            (int(run_id), int(since_id)),
+        )
         return [{k: r[k] for k in r.keys() if k != "run_id"} for r in rows]
 
     def events(self, run_id: int) -> list[dict]:
-        """A run's events, oldest first."""
-        rows = self._read("SELECT * FROM events WHERE run_id = ? ORDER BY id", (int(run_id),))
-        return [
-            {"id": r["id"], "time": r["time"], "kind": r["kind"], "rank": r["rank"],
-             "message": r["message"], "data": json.loads(r["data"]) if r["data"] else {}}
-            for r in rows
-        ]
+        """A run's events, oldest first: ``id`` and ``EVENT_COLUMNS``."""
+        rows = self._read(
+            f"SELECT id, {', '.join(EVENT_COLUMNS)} FROM events WHERE run_id = ? ORDER BY id",
+            (int(run_id),),
+        )
+        out = []
+        for r in rows:
+            row = dict(r)
+            row["data"] = json.loads(row["data"]) if row["data"] else {}
+            out.append(row)
+        return out
 
 
 class _tx:
@@ -384,94 +304,13 @@ class _tx:
         return False
 
 
-def _num_or(r: dict, col: str) -> Any:
-    v = r.get(col)
-    if col in ("host", "state"):
-        return str(v) if v is not None else ("ok" if col == "state" else "")
-    return v if v is None or (isinstance(v, (int, float)) and math.isfinite(v)) else None
-
-
 def _run(r: sqlite3.Row, full: bool = False) -> dict:
-    status = r["status"]
-    if status == "running" and time.time() - r["updated"] > LOST_AFTER:
-        status = "lost"
-    out = {
-        "id": r["id"], "name": r["name"], "label": r["label"], "started": r["started"],
-        "ended": r["ended"], "updated": r["updated"], "status": status,
-        "cluster_id": r["cluster_id"], "world_size": r["world_size"], "step": r["step"],
-        "total": r["total"], "loss": r["loss"], "nonfinite": r["nonfinite"],
-        "samples_per_s": r["samples_per_s"],
-    }
+    """A runs row as ``RUN_FIELDS`` (and ``RUN_DETAIL_FIELDS`` when ``full``), JSON decoded."""
+    out = {f: r[f] for f in RUN_FIELDS}
+    if out["status"] == "running" and time.time() - r["updated"] > LOST_AFTER:
+        out["status"] = "lost"
     out["options"] = json.loads(r["options"] or "{}")
     if full:
-        out["source"] = r["source"]
+        out.update({f: r[f] for f in RUN_DETAIL_FIELDS})
         out["failures"] = json.loads(r["failures"] or "[]")
-        out["kernel_pid"] = r["kernel_pid"]
     return out
-
-
-class StoreWriter:
-    """A run's writes, made from a background thread: one short transaction per kind and interval.
-
-    The training never waits for the disk. When the store cannot be written (a read-only
-    directory, a full disk), ``error`` says why and every later write is dropped: the caller
-    shows one warning and the run goes on.
-    """
-
-    def __init__(self, store: RunStore, interval: float = 0.5):
-        self.store = store
-        self.interval = interval
-        self.error: str | None = None
-        self._ops: deque = deque()
-        self._wake = threading.Event()
-        self._stop = False
-        self._thread: threading.Thread | None = None
-
-    def start_run(self, **fields: Any) -> int | None:
-        """Record the run now (its id is needed at once); None when the store is unwritable."""
-        try:
-            run_id = self.store.start_run(**fields)
-        except (sqlite3.Error, OSError) as e:
-            self.error = f"{type(e).__name__}: {e}"
-            return None
-        self._thread = threading.Thread(target=self._loop, name="nbdist-store", daemon=True)
-        self._thread.start()
-        return run_id
-
-    def put(self, method: str, *args: Any, **kwargs: Any) -> None:
-        """Queue ``store.<method>(*args, **kwargs)``; consecutive row appends are merged."""
-        if self.error is None and self._thread is not None:
-            self._ops.append((method, args, kwargs))
-
-    def _loop(self) -> None:
-        while not self._stop:
-            self._wake.wait(self.interval)
-            self._flush()
-        self._flush()
-
-    def _flush(self) -> None:
-        ops = [self._ops.popleft() for _ in range(len(self._ops))]
-        merged: list = []
-        for method, args, kwargs in ops:  # one executemany per run of appends
-            last = merged[-1] if merged else None
-            if (last and method in ("add_metrics", "put_health", "add_events")
-                    and last[0] == method and last[1][0] == args[0] and not kwargs):
-                last[1][1].extend(args[1])
-            elif method in ("add_metrics", "put_health", "add_events"):
-                merged.append((method, [args[0], list(args[1])], kwargs))
-            else:
-                merged.append((method, list(args), kwargs))
-        for method, args, kwargs in merged:
-            if self.error is not None:
-                return
-            try:
-                getattr(self.store, method)(*args, **kwargs)
-            except (sqlite3.Error, OSError) as e:
-                self.error = f"{type(e).__name__}: {e}"
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued and stop the thread."""
-        self._stop = True
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)

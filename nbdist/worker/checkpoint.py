@@ -31,21 +31,20 @@ from typing import Any
 
 from ..errors import UsageError
 from . import context, reporter
+from .state import engine
 
-_run_key = "default"  # set by the runner for each run of a cell
 _NAME = re.compile(r"^step-(\d{8})\.pt$")
 
 
 def set_run(key: str) -> None:
     """Name the current run (the folder its checkpoints go to by default)."""
-    global _run_key
-    _run_key = key
+    engine.run_key = key
 
 
 def _default_dir() -> Path:
     from ..config import data_dir
 
-    return data_dir() / "checkpoints" / _run_key
+    return data_dir() / "checkpoints" / engine.run_key
 
 
 def _rng_state() -> dict:
@@ -218,7 +217,6 @@ def restore(*, dir: str | os.PathLike | None = None, **state) -> int:
     """
     import torch.distributed as dist
 
-    global _restored
     info = context.current()
     payload = None
     skipped: list[str] = []
@@ -231,7 +229,7 @@ def restore(*, dir: str | os.PathLike | None = None, **state) -> int:
     for note in skipped:
         print(f"nbdist.restore: skipped damaged checkpoint {note}")
     if payload is None:
-        _restored = {}
+        engine.restored = {}
         return 0
     saved = payload["state"]
     import torch
@@ -253,7 +251,7 @@ def restore(*, dir: str | os.PathLike | None = None, **state) -> int:
         elif isinstance(target, dict):  # plain dicts are refilled in place
             target.clear()
             target.update(saved[k])
-    _restored = {
+    engine.restored = {
         k: v for k, v in saved.items() if not hasattr(_unwrap(state.get(k)), "load_state_dict")
     }
     if mine is not None:  # same world size: every rank gets its own random state back
@@ -261,14 +259,14 @@ def restore(*, dir: str | os.PathLike | None = None, **state) -> int:
         for k, g in gens.items():
             g.set_state(mine["generators"][k])
     if info.rank == 0:  # the dashboard and the run store show where the run picked up
-        reporter.event("resumed", f"resumed from the checkpoint of step {payload['step']}",
-                       step=payload["step"] + 1)
+        reporter.event(
+            "resumed",
+            f"resumed from the checkpoint of step {payload['step']}",
+            step=payload["step"] + 1,
+        )
     return payload["step"] + 1
-
-
-_restored: dict = {}
 
 
 def restored() -> dict:
     """Saved objects without ``load_state_dict`` (plain values), from the last ``restore``."""
-    return dict(_restored)
+    return dict(engine.restored)

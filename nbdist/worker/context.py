@@ -1,72 +1,33 @@
 """This engine's place in the run: rank, world size, device. Set once per group formation.
 
-The one place on an engine that knows the rank layout. It also writes the environment that
-torchrun would set, so that code written for torchrun runs unchanged.
+The one place on an engine that reads the rank layout (a ``protocol.RankInfo``, kept on
+``state.engine``). It also writes the environment that torchrun would set, so that code written
+for torchrun runs unchanged.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
 
 from ..errors import UsageError
-
-
-@dataclass(frozen=True)
-class RankInfo:
-    """The torchrun-compatible description of one rank."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    group_rank: int  # index of this rank's host among the hosts
-    master_addr: str
-    master_port: int
-    backend: str  # gloo | nccl
-    device: str  # "cpu" or "cuda:<local_rank>"
-    attempt: int = 0  # times the process group has been formed; names its store namespace
-
-    def environ(self) -> dict[str, str]:
-        """The variables torchrun sets for a worker, plus the agent-store switch."""
-        return {
-            "RANK": str(self.rank),
-            "WORLD_SIZE": str(self.world_size),
-            "LOCAL_RANK": str(self.local_rank),
-            "LOCAL_WORLD_SIZE": str(self.local_world_size),
-            "GROUP_RANK": str(self.group_rank),
-            "ROLE_RANK": str(self.rank),
-            "ROLE_WORLD_SIZE": str(self.world_size),
-            "MASTER_ADDR": self.master_addr,
-            "MASTER_PORT": str(self.master_port),
-            # The store on MASTER_PORT is already served (by rank 0's engine, as torchrun's agent
-            # serves it), so every rank connects as a client, under a fresh prefix per attempt.
-            "TORCHELASTIC_USE_AGENT_STORE": "True",
-            "TORCHELASTIC_RESTART_COUNT": str(self.attempt),
-        }
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-_current: RankInfo | None = None
+from ..protocol import RankInfo
+from .state import engine
 
 
 def set_current(info: RankInfo) -> None:
     """Make ``info`` this engine's rank and export it to the environment, as torchrun does."""
-    global _current
-    _current = info
+    engine.rank_info = info
     os.environ.update(info.environ())
 
 
 def current() -> RankInfo:
     """This engine's rank information; a clear error when called outside an nbdist engine."""
-    if _current is None:
+    if engine.rank_info is None:
         raise UsageError(
             "this runs on nbdist engines only: call it inside a %%distributed cell "
             "(start a cluster first with %nbdist start -n 2)"
         )
-    return _current
+    return engine.rank_info
 
 
 def rank() -> int:

@@ -19,27 +19,23 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..protocol import RankInfo
 from . import context
-from .context import RankInfo
-
-_store = None  # the TCPStore server, on rank 0's engine only; lives as long as the engine
-_store_sock: socket.socket | None = None
-_formations = 0  # groups formed in this attempt; the same count on every rank (SPMD)
+from .state import engine
 
 
 def serve_store(addr: str) -> int:
     """Serve the rendezvous store on ``addr`` (rank 0's engine) and return its port."""
-    global _store, _store_sock
-    if _store is None:
+    if engine.store is None:
         sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
         sock.bind((addr, 0))
         sock.listen(1024)
         port = sock.getsockname()[1]
-        _store = dist.TCPStore(
+        engine.store = dist.TCPStore(
             addr, port, is_master=True, wait_for_workers=False, master_listen_fd=sock.fileno()
         )
-        _store_sock = sock  # keep the fd open as long as the store serves it
-    return _store.port
+        engine.store_socket = sock  # keep the fd open as long as the store serves it
+    return engine.store.port
 
 
 def _interface_of(addr: str) -> str | None:
@@ -72,18 +68,17 @@ def host_address(peer: str, interface: str | None = None) -> str:
         return s.getsockname()[0]
 
 
-def form(info: dict, timeout: float) -> float:
-    """Join the process group described by ``info`` (a RankInfo as dict); return seconds taken.
+def form(ri: RankInfo, timeout: float) -> float:
+    """Join the process group described by ``ri``; return seconds taken.
 
     Ends with an all-reduce that proves every rank is in the same group: two processes that
     believe they train together but never synchronise are caught here, not after an epoch.
     """
-    global _formations
     t0 = time.perf_counter()
-    ri = RankInfo(**info)
     abort()  # whatever group this engine had is over
+    engine.retired_groups.clear()  # destroyed earlier, idle since: safe to free now
     context.set_current(ri)
-    _formations = 0
+    engine.formations = 0
     iface = _interface_of(host_address(ri.master_addr))  # where this host reaches rank 0
     if iface:  # gloo (NCCL: its bootstrap) listens there, where the other hosts reach this one
         os.environ.setdefault(f"{ri.backend.upper()}_SOCKET_IFNAME", iface)
@@ -121,7 +116,6 @@ def abort() -> None:
 
 
 _original_init = dist.init_process_group
-_group_sockets: set = set()  # (fd, local, remote) of the group's TCP connections (gloo's pairs)
 
 
 def _tcp() -> set:
@@ -142,24 +136,23 @@ def _shut_group_sockets() -> None:
     collective timeout. NCCL's abort needs no help; its connections are not in this set.
     """
     live = _tcp()
-    for conn in _group_sockets & live:  # same fd, same endpoints: still gloo's socket
+    for conn in engine.group_sockets & live:  # same fd, same endpoints: still gloo's socket
         try:
             with socket.socket(fileno=os.dup(conn[0])) as s:
                 s.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-    _group_sockets.clear()
+    engine.group_sockets.clear()
 
 
 def _init(backend: str | None, timeout: timedelta | None = None, **kwargs) -> None:
     """Form the default group on nbdist's store, under a prefix no earlier formation used."""
-    global _formations
     ri = context.current()
-    _formations += 1
+    engine.formations += 1
     client = dist.TCPStore(
         ri.master_addr, ri.master_port, is_master=False, timeout=timeout or timedelta(minutes=5)
     )
-    store = dist.PrefixStore(f"nbdist/{ri.attempt}/{_formations}", client)
+    store = dist.PrefixStore(f"nbdist/{ri.attempt}/{engine.formations}", client)
     if timeout is not None:
         kwargs["timeout"] = timeout
     before = _tcp()
@@ -167,7 +160,7 @@ def _init(backend: str | None, timeout: timedelta | None = None, **kwargs) -> No
         backend=backend or ri.backend, store=store, rank=ri.rank, world_size=ri.world_size, **kwargs
     )
     store_ep = (ri.master_addr, ri.master_port)
-    _group_sockets.update(c for c in _tcp() - before if c[2] != store_ep)
+    engine.group_sockets.update(c for c in _tcp() - before if c[2] != store_ep)
 
 
 @functools.wraps(_original_init)
@@ -185,14 +178,36 @@ def _idempotent_init(backend=None, init_method=None, *args, **kwargs):
         if wanted in (None, dist.get_backend().lower()) or wanted in dist.get_backend().lower():
             return None
         dist.destroy_process_group()
-    if init_method in (None, "env://") and "store" not in kwargs and context._current is not None:
+    if init_method in (None, "env://") and "store" not in kwargs and engine.rank_info is not None:
         kwargs.pop("rank", None)
         kwargs.pop("world_size", None)
         return _init(backend, kwargs.pop("timeout", None), **kwargs)
     return _original_init(backend, init_method, *args, **kwargs)
 
 
+_original_destroy = dist.destroy_process_group
+
+
+@functools.wraps(_original_destroy)
+def _deferred_destroy(group=None):
+    """``destroy_process_group``, keeping the group object alive until the next formation.
+
+    torch's gloo group joins its worker threads in its destructor without releasing the GIL,
+    and a worker finishing its last collective needs the GIL to free that collective's
+    tensors: when a script destroys the group and then drops its DDP model (the group's last
+    owner), the engine deadlocks about one run in five. Freed at the next formation, seconds
+    later, the group finds its workers idle.
+    """
+    pg = group if group is not None else (dist.group.WORLD if dist.is_initialized() else None)
+    if pg is not None:
+        engine.retired_groups.append(pg)
+    return _original_destroy(group)
+
+
 def install_idempotent_init() -> None:
-    """Route ``torch.distributed.init_process_group`` through the idempotent wrapper."""
+    """Route ``init_process_group`` through the idempotent wrapper, and
+    ``destroy_process_group`` through the deferring one."""
     dist.init_process_group = _idempotent_init
     dist.distributed_c10d.init_process_group = _idempotent_init
+    dist.destroy_process_group = _deferred_destroy
+    dist.distributed_c10d.destroy_process_group = _deferred_destroy

@@ -1,9 +1,10 @@
 """``nbdist.report()`` and the health sampler: what an engine tells the notebook while a cell runs.
 
 ``report()`` only appends a tuple to a queue, so it costs about a microsecond and never blocks
-the training step. A daemon thread (one per engine) sends the queued records every 50 ms, with a
-health sample every half second, as one batch through ipyparallel's data publication (see
-``nbdist.telemetry.events`` for the format). Health flows whether or not the cell reports.
+the training step. A daemon thread (one per engine) makes each a ``MetricRecord`` (reading a
+tensor loss there, off the training thread) and sends them every 50 ms, with a ``HealthSample``
+every half second, as one ``Batch`` through ipyparallel's data publication (the schema is
+``nbdist.telemetry.events``). Health flows whether or not the cell reports.
 
 The batches must carry the cell's request as their parent, or the notebook cannot tie them to the
 cell: ipykernel keeps the parent per execution context, which a thread does not inherit. So the
@@ -26,10 +27,12 @@ import time
 import weakref
 from collections import deque
 from numbers import Real
+from typing import Any
 
 from ..errors import UsageError
 from ..telemetry import events
-from . import context
+from ..telemetry.events import Batch, EventRecord, HealthSample, MetricRecord
+from . import context, state
 
 FLUSH_INTERVAL = 0.05  # seconds between batches while records are queued
 HEALTH_INTERVAL = 0.5  # seconds between health samples
@@ -40,8 +43,10 @@ class _Reporter:
     """This engine's queue of records, its sender thread and its health sampler."""
 
     def __init__(self) -> None:
-        self.queue: deque = deque(maxlen=_MAX_QUEUED)
-        self.events: deque = deque(maxlen=10_000)
+        # report()'s tuples, in MetricRecord's field order: a plain tuple is the cheapest thing
+        # to build on the training thread (a NamedTuple costs half as much again, measured)
+        self.queue: deque[tuple] = deque(maxlen=_MAX_QUEUED)
+        self.events: deque[EventRecord] = deque(maxlen=10_000)
         self.lock = threading.Lock()  # one sender at a time: the thread or end_cell()
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
@@ -78,7 +83,7 @@ class _Reporter:
             data_pub.parent_header
         )
         self.pub = (data_pub.session, data_pub.pub_socket, data_pub.topic)
-        info = context._current
+        info = state.engine.rank_info
         self.rank = info.rank if info is not None else -1
         if self.pid != os.getpid():  # this module may be imported before the engine was forked
             self.pid, self.proc = os.getpid(), None
@@ -119,7 +124,7 @@ class _Reporter:
             if parent is None or self.pub is None:
                 return
             q = self.queue
-            records = [_plain(q.popleft()) for _ in range(len(q))]
+            records = [_record(q.popleft()) for _ in range(len(q))]
             evs = [self.events.popleft() for _ in range(len(self.events))]
             sample = None
             if health:
@@ -128,10 +133,10 @@ class _Reporter:
             if not records and not evs and sample is None:
                 return
             self.seq += 1
-            body = events.batch(self.rank, self.seq, time.time(), records, sample, evs)
-            _publish(self.pub, parent, {events.key(self.pid, self.seq): body})
+            batch = Batch(self.rank, self.seq, time.time(), records, sample, evs)
+            _publish(self.pub, parent, {events.key(self.pid, self.seq): batch})
 
-    def _sample(self) -> dict:
+    def _sample(self) -> HealthSample:
         import psutil
 
         if self.proc is None:
@@ -140,7 +145,8 @@ class _Reporter:
         gpu_util = gpu_mem = None
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
-            dev = context._current.device if context._current is not None else "cuda:0"
+            info = state.engine.rank_info
+            dev = info.device if info is not None else "cuda:0"
             try:
                 gpu_mem = torch.cuda.memory_allocated(dev)
                 gpu_util = torch.cuda.utilization(dev)  # needs NVML (pynvml)
@@ -148,12 +154,19 @@ class _Reporter:
                 pass
         with self.proc.oneshot():
             cpu, rss = self.proc.cpu_percent(None), self.proc.memory_info().rss
-        return {
-            "time": time.time(), "host": self.host, "pid": self.pid, "cpu": cpu, "rss": rss,
-            "gpu_util": gpu_util, "gpu_mem": gpu_mem, "last_step": self.last_report,
-            "step_time": self.step_time, "comm_share": self._comm_share(),
-            "reports": self.reports,
-        }
+        return HealthSample(
+            time=time.time(),
+            host=self.host,
+            pid=self.pid,
+            cpu=cpu,
+            rss=rss,
+            gpu_util=gpu_util,
+            gpu_mem=gpu_mem,
+            last_step=self.last_report,
+            step_time=self.step_time,
+            comm_share=self._comm_share(),
+            reports=self.reports,
+        )
 
     def _comm_share(self) -> float | None:
         if self.comm_time is not None and self.step_time:
@@ -169,21 +182,30 @@ def _publish(pub: tuple, parent: dict, data: dict) -> None:
     from ipyparallel.serialize import serialize_object
 
     session, sock, topic = pub
-    buffers = serialize_object(data, buffer_threshold=session.buffer_threshold,
-                               item_threshold=session.item_threshold)
-    session.send(sock, "data_message", content={"keys": list(data)}, parent=parent,
-                 buffers=buffers, ident=topic)
+    buffers = serialize_object(
+        data, buffer_threshold=session.buffer_threshold, item_threshold=session.item_threshold
+    )
+    session.send(
+        sock,
+        "data_message",
+        content={"keys": list(data)},
+        parent=parent,
+        buffers=buffers,
+        ident=topic,
+    )
 
 
-def _plain(rec: tuple) -> tuple:
-    """A record with its loss as a float (tensors are converted here, off the training thread)."""
-    loss = rec[2]
+def _record(raw: tuple) -> MetricRecord:
+    """``report()``'s tuple as a record, its loss a float (a tensor is read here, off the
+    training thread)."""
+    rec = MetricRecord._make(raw)
+    loss = rec.loss
     if loss is not None and not isinstance(loss, float):
         try:
             loss = float(loss)
         except Exception:
             loss = None
-        rec = (rec[0], rec[1], loss, *rec[3:])
+        rec = rec._replace(loss=loss)
     return rec
 
 
@@ -195,15 +217,13 @@ def _ddp_comm_share() -> float | None:
     torch = sys.modules.get("torch")
     if torch is None:
         return None
-    from .setup import _namespace
-
     ddp = torch.nn.parallel.DistributedDataParallel
-    for v in list(_namespace().values()):
+    for v in list(state.namespace().values()):
         if isinstance(v, ddp):
             _ddp_models.add(v)
     for m in list(_ddp_models):
         try:
-            d = m._get_ddp_logging_data()
+            d = m._get_ddp_logging_data()  # torch's own timers; no public API has them
         except Exception:
             continue
         comm = d.get("avg_backward_comm_time", 0)
@@ -217,10 +237,10 @@ def _ddp_comm_share() -> float | None:
 # -- public ------------------------------------------------------------------------------------
 def report(
     step: int | None = None,
-    loss=None,
+    loss: Any = None,
     samples: float | None = None,
     total: int | None = None,
-    **metrics,
+    **metrics: float,
 ) -> None:
     """Tell the notebook how training goes: one call per step (or every few steps).
 
@@ -232,8 +252,7 @@ def report(
     """
     r = _reporter
     if r.parent is None:
-        if context._current is None:
-            context.current()  # raises the one-line "runs on nbdist engines only" error
+        context.current()  # off an engine: the one-line "runs on nbdist engines only" error
         return  # outside a %%distributed cell (e.g. a thread left running): nothing to send to
     if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
         raise UsageError(f"nbdist.report: step must be a whole number, not {step!r}")
@@ -255,12 +274,12 @@ def report(
         r.step_time = now - r.last_report
     r.last_report = now
     r.reports += 1
-    r.queue.append((now, step, loss, samples, total, metrics or None))
+    r.queue.append((now, step, loss, samples, total, metrics or None))  # a MetricRecord's fields
     if isinstance(loss, float) and not math.isfinite(loss):
         r.wake.set()  # a NaN/inf loss goes out at once
 
 
-def _loss_value(loss):
+def _loss_value(loss: Any) -> Any:
     if isinstance(loss, Real):
         return float(loss)
     detach = getattr(loss, "detach", None)
@@ -272,12 +291,12 @@ def _loss_value(loss):
     return t.item() if t.device.type == "cpu" else t  # a GPU value is read by the sender
 
 
-def event(kind: str, message: str = "", **data) -> None:
+def event(kind: str, message: str = "", **data: Any) -> None:
     """Record an engine-side event (a checkpoint written, ...): shown on the dashboard, stored."""
     r = _reporter
     if r.parent is None:
         return
-    r.events.append((time.time(), str(kind), str(message), data or None))
+    r.events.append(EventRecord(time.time(), str(kind), str(message), data or None))
     r.wake.set()
 
 

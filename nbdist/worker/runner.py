@@ -8,6 +8,7 @@ collective fail within milliseconds instead of hanging until the collective's ti
 from __future__ import annotations
 
 import ast
+import dataclasses
 import linecache
 import re
 import sys
@@ -15,14 +16,15 @@ import time
 import traceback
 from typing import Any
 
+from ..protocol import CellOutcome, CellRequest, PackedValue
 from . import checkpoint, rendezvous, reporter
-from .setup import _namespace
+from .state import namespace
 
 #: Values larger than this (pickled) come back to the notebook as their repr only.
 _MAX_VALUE_BYTES = 64 * 1024 * 1024
 
 
-def portable(value: Any) -> dict:
+def portable(value: Any) -> PackedValue:
     """``value`` packed to travel to the notebook: pickled here, where it is sure to work.
 
     Unpickling happens in the notebook's main thread (see ``unpack``), never in ipyparallel's IO
@@ -41,10 +43,10 @@ def portable(value: Any) -> dict:
         except ImportError:
             data = pickle.dumps(value)
     except Exception:
-        return {"repr": text}
+        return PackedValue(repr=text)
     if len(data) > _MAX_VALUE_BYTES:
-        return {"repr": text}
-    return {"pickle": data, "repr": text}
+        return PackedValue(repr=text)
+    return PackedValue(repr=text, pickle=data)
 
 
 def _is_wrapper(value: Any) -> bool:
@@ -66,7 +68,7 @@ def _transform(source: str) -> str:
     return shell.transform_cell(source) if shell is not None else source
 
 
-def _failure(exc: BaseException, filename: str) -> dict:
+def _failure(exc: BaseException, filename: str) -> CellOutcome:
     """The exception as the notebook shows it: the user's frames only, and a one-line summary."""
     tb = traceback.TracebackException.from_exception(exc)
     # Drop this module's frame above the user's cell.
@@ -79,49 +81,37 @@ def _failure(exc: BaseException, filename: str) -> dict:
     kind = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
     if kind == "interrupted":
         summary = "KeyboardInterrupt (nbdist: interrupted)"
-    return {
-        "ok": False,
-        "summary": summary,
-        "traceback": "".join(lines[:-1]),
-        "kind": kind,
-        "at": time.time(),
-    }
+    return CellOutcome(kind=kind, at=time.time(), summary=summary, traceback="".join(lines[:-1]))
 
 
-def run_cell(
-    source: str,
-    filename: str,
-    group: dict | None,
-    want_value: bool,
-    group_timeout: float,
-    run_key: str = "default",
-) -> dict:
-    """Run ``source`` here; return ``{"ok": True, "value": ...}`` or a failure description.
+def run_cell(req: CellRequest) -> CellOutcome:
+    """Run ``req.source`` here; say how it went (with the value of its last expression when
+    ``req.want_value``).
 
-    ``group``, when given, is this rank's new RankInfo: the process group is (re-)formed first,
-    on every rank at once, before the cell's own code runs.
+    ``req.group``, when given, is this rank's new RankInfo: the process group is (re-)formed
+    first, on every rank at once, before the cell's own code runs.
     """
-    checkpoint.set_run(run_key)
+    checkpoint.set_run(req.run_key)
     try:
         reporter.begin_cell()  # ties nbdist.report()'s batches to this request; starts health
-        if group is not None:
-            rendezvous.form(group, group_timeout)
-        code = _transform(source)
-        tree = ast.parse(code, filename)
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        if req.group is not None:
+            rendezvous.form(req.group, req.group_timeout)
+        code = _transform(req.source)
+        tree = ast.parse(code, req.filename)
+        linecache.cache[req.filename] = (len(code), None, code.splitlines(True), req.filename)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        ns = _namespace()
-        exec(compile(tree, filename, "exec"), ns)
+        ns = namespace()
+        exec(compile(tree, req.filename, "exec"), ns)
         value = None
         if last is not None:
-            value = eval(compile(ast.Expression(last.value), filename, "eval"), ns)
-        out = {"ok": True, "value": portable(value) if want_value and value is not None else None}
+            value = eval(compile(ast.Expression(last.value), req.filename, "eval"), ns)
+        packed = portable(value) if req.want_value and value is not None else None
+        out = CellOutcome(kind="ok", at=time.time(), value=packed)
     except BaseException as exc:  # noqa: B036 - KeyboardInterrupt is a cell outcome too
         rendezvous.abort()
-        out = _failure(exc, filename)
+        out = _failure(exc, req.filename)
     finally:
         reporter.end_cell()  # the last records go out before the reply
         sys.stdout.flush()
         sys.stderr.flush()
-    out["group_formed"] = rendezvous.is_formed()
-    return out
+    return dataclasses.replace(out, group_formed=rendezvous.is_formed())

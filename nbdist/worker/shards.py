@@ -1,13 +1,9 @@
 """Shards on an engine: what ``nbdist.scatter`` sent to this rank, and ``loader`` over it.
 
 A scatter lands in two steps, so that a failed one leaves nothing behind: each rank first holds
-its shard under a private token (``_receive``); only once every rank has its shard does the
-notebook make the name visible on all of them (``_commit``), and otherwise it asks every rank to
-drop the token (``_discard``).
-
-Arrays travel as raw buffers: ipyparallel sends numpy arrays without pickling them, and a torch
-tensor travels as a numpy view of its own memory, rebuilt here by ``torch.from_numpy``. Neither
-side copies, and the engine's array is writable (it lives in the received message's memory).
+its shard under a private token (``hold``); only once every rank has its shard does the
+notebook make the name visible on all of them (``commit``), and otherwise it asks every rank to
+drop the token. Arrays travel as raw buffers (``nbdist.wire``).
 
 ``loader`` gives every rank the same number of batches per epoch, even when shards differ in
 size: each rank's epoch order is padded cyclically, with its own samples, to the largest shard.
@@ -18,142 +14,52 @@ the epoch.
 from __future__ import annotations
 
 import math
-import socket
-import sys
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .. import wire
 from ..errors import UsageError
+from ..protocol import ShardMeta, ValueInfo
 from . import context
-from .setup import _namespace
-
-_NUMPY = "numpy"
-_INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+from .state import engine, namespace
 
 
-@dataclass(frozen=True)
-class ShardInfo:
-    """What the notebook sent with a shard: enough for a loader to match every other rank."""
-
-    name: str
-    rank: int
-    world_size: int
-    sizes: tuple[int, ...]  # rows on every rank, repeated (pad) rows included
-    pads: tuple[int, ...]  # repeated rows at the end of each rank's shard
-    total: int  # rows of the notebook's data set
-    seed: int
-    shuffle: bool
-    stratified: bool
-    remainder: str  # drop | pad | uneven
-
-
-_pending: dict[str, tuple[Any, ShardInfo]] = {}  # token -> (value, info), not yet committed
-_infos: dict[str, ShardInfo] = {}  # name -> info of the shard committed under that name
-
-
-# -- the wire: numpy and torch as raw buffers ---------------------------------------------------
-def to_wire(value: Any) -> tuple[np.ndarray, str]:
-    """A numpy array sharing ``value``'s memory, and the tag that rebuilds it (``from_wire``).
-
-    Torch tensors are detached and brought to the CPU (a copy only for GPU or non-contiguous
-    tensors); dtypes numpy lacks (bfloat16, float8) travel as integers of the same width.
-    """
-    if isinstance(value, np.ndarray):
-        return value, _NUMPY
-    import torch
-
-    t = value.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.resolve_conj().resolve_neg().contiguous()
-    name = str(t.dtype).removeprefix("torch.")
-    try:
-        return t.numpy(), "torch:" + name
-    except TypeError:
-        wide = getattr(torch, _INT_OF_SIZE[t.element_size()])
-        return t.view(wide).numpy(), "torch:" + name
-
-
-def from_wire(array: np.ndarray, tag: str) -> Any:
-    """Rebuild what ``to_wire`` sent: the numpy array itself, or a tensor on the same memory."""
-    if not array.flags.writeable:  # small messages arrive as bytes; large ones in writable frames
-        array = array.copy()
-    if tag == _NUMPY:
-        return array
-    import torch
-
-    dtype = getattr(torch, tag.removeprefix("torch:"))
-    t = torch.from_numpy(array)
-    return t if t.dtype == dtype else t.view(dtype)
-
-
-def _pack(value: Any) -> tuple[list[str], list[np.ndarray], bool]:
-    """(tags, arrays, is_tuple) for a value that is an array, a tensor, or a tuple of them."""
-    items = list(value) if isinstance(value, tuple) else [value]
-    wire = [to_wire(v) for v in items]
-    return [t for _, t in wire], [a for a, _ in wire], isinstance(value, tuple)
-
-
-def _unpack(tags: list[str], arrays: tuple, is_tuple: bool) -> Any:
-    items = [from_wire(a, t) for a, t in zip(arrays, tags, strict=True)]
-    return tuple(items) if is_tuple else items[0]
-
-
-def _is_array(value: Any) -> bool:
-    if isinstance(value, np.ndarray):
-        return value.dtype != object
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor) and value.layout == torch.strided
-
-
-# -- called by the notebook (nbdist.notebook.data) ------------------------------------------------
-def _free_memory() -> tuple[str, int]:
-    """(host, bytes of memory available) on this engine's machine."""
-    import psutil
-
-    return socket.gethostname(), psutil.virtual_memory().available
-
-
-def _receive(token: str, meta: dict, tags: list[str], is_tuple: bool, *arrays: np.ndarray) -> int:
+# -- the engine's half of a scatter (called through nbdist.worker.api) -----------------------------
+def hold(token: str, meta: ShardMeta, tags: list[str], is_tuple: bool, arrays: tuple) -> int:
     """Hold this rank's shard under ``token`` until the notebook commits it; return its bytes."""
-    _pending[token] = (_unpack(tags, arrays, is_tuple), ShardInfo(**meta))
+    engine.pending_shards[token] = (wire.unpack(tags, arrays, is_tuple), meta)
     return sum(a.nbytes for a in arrays)
 
 
-def _commit(token: str, name: str) -> None:
+def commit(token: str, name: str) -> None:
     """Make the shard held under ``token`` visible as ``name`` in the user's namespace."""
-    value, info = _pending.pop(token)
-    _namespace()[name] = value
-    _infos[name] = info
+    value, meta = engine.pending_shards.pop(token)
+    namespace()[name] = value
+    engine.shards[name] = meta
 
 
-def _discard(token: str) -> None:
-    """Forget a shard that was never committed (the scatter failed on some rank)."""
-    _pending.pop(token, None)
-
-
-def _describe(name: str) -> dict | None:
+def describe(name: str) -> ValueInfo | None:
     """What ``gather`` needs to know before it asks for ``name``: None when undefined here."""
-    ns = _namespace()
+    ns = namespace()
     if name not in ns:
         return None
     value = ns[name]
     items = list(value) if isinstance(value, tuple) else [value]
-    ok = bool(items) and all(_is_array(v) for v in items)
-    desc = {"type": type(value).__name__, "ok": ok, "is_tuple": isinstance(value, tuple)}
-    if ok:
-        desc["shapes"] = [tuple(v.shape) for v in items]
-        desc["dtypes"] = [str(v.dtype) for v in items]
-        desc["nbytes"] = sum(v.nbytes if isinstance(v, np.ndarray) else v.numel() * v.element_size()
-                             for v in items)
-    return desc
-
-
-def _export(name: str) -> tuple[list[str], list[np.ndarray], bool]:
-    """``name``'s value as raw buffers for the notebook (``gather``)."""
-    return _pack(_namespace()[name])
+    ok = bool(items) and all(wire.is_array(v) for v in items)
+    kind, is_tuple = type(value).__name__, isinstance(value, tuple)
+    if not ok:
+        return ValueInfo(type=kind, ok=False, is_tuple=is_tuple)
+    return ValueInfo(
+        type=kind,
+        ok=True,
+        is_tuple=is_tuple,
+        shapes=tuple(tuple(v.shape) for v in items),
+        dtypes=tuple(str(v.dtype) for v in items),
+        nbytes=sum(
+            v.nbytes if isinstance(v, np.ndarray) else v.numel() * v.element_size() for v in items
+        ),
+    )
 
 
 # -- the sampling plan of one epoch: pure functions -----------------------------------------------
@@ -206,8 +112,16 @@ class ShardLoader:
     reproducible. ``set_epoch(e)`` chooses the next epoch, as with ``DistributedSampler``.
     """
 
-    def __init__(self, order_of, rows: int, batch_size: int, drop_last: bool, fetch=None,
-                 dataloader=None, device=None):
+    def __init__(
+        self,
+        order_of,
+        rows: int,
+        batch_size: int,
+        drop_last: bool,
+        fetch=None,
+        dataloader=None,
+        device=None,
+    ):
         self._order_of = order_of  # epoch -> this rank's order (the same length on every rank)
         self._rows = rows
         self.batch_size = batch_size
@@ -308,19 +222,19 @@ def _check_rows(rows: int, batch_size: int, drop_last: bool, what: str) -> None:
 
 
 def _shard_loader(name, batch_size, shuffle, drop_last, seed, device) -> ShardLoader:
-    info = _infos.get(name)
+    info = engine.shards.get(name)
     if info is None:
         raise UsageError(
             f"{name!r} was not scattered to this rank: send it from the notebook with "
             f"nbdist.scatter({name!r}, data), or pass a torch Dataset"
         )
-    ns = _namespace()
+    ns = namespace()
     if name not in ns:
         raise UsageError(f"{name!r} is no longer defined on rank {info.rank}: scatter it again")
     value = ns[name]
     items = list(value) if isinstance(value, tuple) else [value]
     mine = info.sizes[info.rank]
-    if not items or not all(_is_array(v) and v.ndim and len(v) == mine for v in items):
+    if not items or not all(wire.is_array(v) and v.ndim and len(v) == mine for v in items):
         raise UsageError(
             f"{name!r} on rank {info.rank} is no longer the {mine}-row shard that was scattered: "
             "scatter the new value again, or pass it as a torch Dataset"
@@ -342,8 +256,10 @@ def _shard_loader(name, batch_size, shuffle, drop_last, seed, device) -> ShardLo
 def _dataset_loader(dataset, batch_size, shuffle, drop_last, seed, device, options) -> ShardLoader:
     import torch.utils.data as tud
 
-    if isinstance(dataset, tud.IterableDataset) or not hasattr(dataset, "__len__") or not hasattr(
-        dataset, "__getitem__"
+    if (
+        isinstance(dataset, tud.IterableDataset)
+        or not hasattr(dataset, "__len__")
+        or not hasattr(dataset, "__getitem__")
     ):
         raise UsageError(
             "nbdist.loader needs the name of a scattered variable or a map-style torch Dataset "
@@ -352,8 +268,9 @@ def _dataset_loader(dataset, batch_size, shuffle, drop_last, seed, device, optio
     info = context.current()
     n, world = len(dataset), info.world_size
     if n < world:
-        raise UsageError(f"the dataset has {n} samples but there are {world} ranks: each rank "
-                         "needs at least one")
+        raise UsageError(
+            f"the dataset has {n} samples but there are {world} ranks: each rank needs at least one"
+        )
     rows = math.ceil(n / world)
     _check_rows(rows, batch_size, drop_last, "each rank's part of the dataset")
     seed = 0 if seed is None else seed

@@ -17,7 +17,6 @@ Without options, ``prepare`` is plain DDP and a loop of ``loss.backward(); opt.s
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..errors import UsageError
 from . import context
+from .state import engine
 
 #: Values of ``precision`` (None means fp32).
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -45,9 +45,6 @@ class _Plan:
     scaler: Any = None  # torch.amp.GradScaler for fp16
     sync_first: bool = False  # static-graph DDP must all-reduce in its first backward
     micro: int = 0  # micro-steps taken so far
-
-
-_plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def prepare(
@@ -128,7 +125,9 @@ def prepare(
             scaler = ShardedGradScaler(device.type)
         else:
             scaler = torch.amp.GradScaler(device.type)
-    _plans[wrapped] = _Plan(accumulate=accumulate, scaler=scaler, sync_first=static_graph)
+    engine.training_plans[wrapped] = _Plan(
+        accumulate=accumulate, scaler=scaler, sync_first=static_graph
+    )
     return wrapped if optimizer is None else (wrapped, optimizer)
 
 
@@ -314,7 +313,7 @@ def train_step(model, optimizer, *, sync: bool | None = None) -> Iterator[Step]:
     ``sync=True`` forces a step now, e.g. for the last, partial group of an epoch. Works with
     any model; one that ``prepare`` did not wrap steps every time.
     """
-    plan = _plans.get(model) or _Plan()
+    plan = engine.training_plans.get(model) or _Plan()
     plan.micro += 1
     syncs = sync if sync is not None else plan.micro % plan.accumulate == 0
     if syncs:

@@ -1,0 +1,274 @@
+"""The records that cross a process boundary: kernel <-> engines, kernel <-> cluster host.
+
+Both sides import this module, and it imports nothing heavy (no torch, no ipyparallel, no
+numpy), so the kernel can describe engines without loading what they run. Every record is a
+frozen dataclass; those that are written as JSON (the hosted-cluster record and the inventory
+inside it) have ``to_dict``/``from_dict``. Telemetry records (``MetricRecord``,
+``HealthSample``, ``EventRecord``, ``Batch``) are defined with the telemetry schema in
+``nbdist.telemetry.events`` and re-exported here, so this is the one place to look.
+
+Who sends what::
+
+    kernel -> engine   setup(threads)               -> Inventory
+    kernel -> engine   form(RankInfo, timeout)      -> None (the process group stands)
+    kernel -> engine   run_cell(CellRequest)        -> CellOutcome
+    kernel -> engine   receive(token, ShardMeta, …) -> bytes held
+    kernel -> engine   describe(name)               -> ValueInfo | None
+    engine -> kernel   Batch (MetricRecord, HealthSample, EventRecord) by data publication
+    host   -> kernel   HostRecord (JSON file in the registry)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .telemetry.events import Batch, EventRecord, HealthSample, MetricRecord
+
+__all__ = [
+    "Batch",
+    "CellOutcome",
+    "CellRequest",
+    "EngineIdentity",
+    "EventRecord",
+    "GpuInfo",
+    "HealthSample",
+    "HostRecord",
+    "Inventory",
+    "MetricRecord",
+    "PackedValue",
+    "RankInfo",
+    "ShardMeta",
+    "SlotRecord",
+    "ValueInfo",
+]
+
+
+def _from_dict(cls, data: dict):
+    """``cls(**data)`` keeping only the fields ``cls`` knows (records read from older files)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# -- an engine, as it describes itself --------------------------------------------------------
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU an engine can see."""
+
+    name: str
+    memory: int  # bytes
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What a fresh engine says about itself (``worker.api.setup``): the notebook places ranks
+    by it, checks one environment across hosts with it, and ``%nbdist status`` shows it."""
+
+    host: str  # the host's name as the notebook named it (remote engines), else its own
+    pid: int
+    threads: int
+    gpus: tuple[GpuInfo, ...] = ()
+    cuda_visible: str | None = None  # this engine's slice of CUDA_VISIBLE_DEVICES
+    python: str = ""
+    torch: str = ""
+    nbdist: str = ""
+    executable: str = ""
+    host_index: int | None = None  # the host's position in the user's host list (remote)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Inventory:
+        gpus = tuple(GpuInfo(**g) for g in data.get("gpus") or ())
+        return _from_dict(cls, {**data, "gpus": gpus})
+
+
+# -- a rank ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RankInfo:
+    """The torchrun-compatible description of one rank, sent with each group formation."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    group_rank: int  # index of this rank's host among the hosts
+    master_addr: str
+    master_port: int
+    backend: str  # gloo | nccl
+    device: str  # "cpu" or "cuda:<local_rank>"
+    attempt: int = 0  # times the process group has been formed; names its store namespace
+
+    def environ(self) -> dict[str, str]:
+        """The variables torchrun sets for a worker, plus the agent-store switch."""
+        return {
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "GROUP_RANK": str(self.group_rank),
+            "ROLE_RANK": str(self.rank),
+            "ROLE_WORLD_SIZE": str(self.world_size),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            # The store on MASTER_PORT is already served (by rank 0's engine, as torchrun's agent
+            # serves it), so every rank connects as a client, under a fresh prefix per attempt.
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "TORCHELASTIC_RESTART_COUNT": str(self.attempt),
+        }
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RankInfo:
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class EngineIdentity:
+    """An engine's answer to "who are you?" (``worker.api.identity``), used to attach."""
+
+    pid: int
+    host: str
+    info: RankInfo | None  # None before any group was formed there
+    formed: bool  # the process group stands on this engine
+
+
+# -- a cell ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CellRequest:
+    """One ``%%distributed`` cell for one rank."""
+
+    source: str
+    filename: str  # shown in tracebacks: <distributed-cell-N>
+    run_key: str = "default"  # names the run's checkpoints; kept across restarts and replays
+    group: RankInfo | None = None  # re-form the process group first, as this rank
+    want_value: bool = False  # send the last expression's value back (the main rank)
+    group_timeout: float = 300.0
+
+
+@dataclass(frozen=True)
+class PackedValue:
+    """A value on its way to the notebook: pickled on the engine (None when it could not be),
+    always with its repr, unpickled in the kernel's main thread (``notebook.transfer``)."""
+
+    repr: str
+    pickle: bytes | None = None
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """How a cell ended on one rank.
+
+    ``kind``: ``ok``; ``error`` (the cell raised); ``interrupted``; and, made by the kernel for
+    a rank that could not answer, ``died`` (its engine is gone), ``hung`` (killed for not
+    stopping) or ``timeout`` (stopped by ``--timeout``).
+    """
+
+    kind: str
+    at: float  # engine clock when it ended
+    value: PackedValue | None = None
+    summary: str = ""  # one line: the exception, or why the rank was lost
+    traceback: str = ""  # the user's frames only
+    group_formed: bool = False  # the process group still stands on this rank
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+
+# -- data ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShardMeta:
+    """What the notebook sends with a shard: enough for a loader to match every other rank."""
+
+    name: str
+    rank: int
+    world_size: int
+    sizes: tuple[int, ...]  # rows on every rank, repeated (pad) rows included
+    pads: tuple[int, ...]  # repeated rows at the end of each rank's shard
+    total: int  # rows of the notebook's data set
+    seed: int
+    shuffle: bool
+    stratified: bool
+    remainder: str  # drop | pad | uneven
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """What an engine says of one of its variables before ``gather`` asks for it: its type,
+    and for arrays and tensors (or a tuple of them) their shapes, dtypes and total bytes."""
+
+    type: str
+    ok: bool  # an array, a tensor, or a non-empty tuple of them: it can travel as raw buffers
+    is_tuple: bool = False
+    shapes: tuple[tuple[int, ...], ...] = ()
+    dtypes: tuple[str, ...] = ()
+    nbytes: int = 0
+
+
+# -- a cluster held by a cluster host (the sidebar's "Start cluster") ----------------------------
+@dataclass(frozen=True)
+class SlotRecord:
+    """Where one rank runs, as the host record keeps it."""
+
+    rank: int
+    engine_id: int
+    host: str
+    pid: int
+    local_rank: int = 0
+    local_world_size: int = 1
+    group_rank: int = 0
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """A cluster host's record (``server.registry``): written by the host, read by the server
+    to list clusters and by ``nbdist.attach()`` to connect. ``state``: starting, running,
+    stopping, failed. Fields after ``started`` are known once the cluster is running."""
+
+    pid: int
+    n: int
+    state: str = "starting"
+    started: float = 0.0
+    cluster_id: str | None = None
+    error: str | None = None
+    ready_seconds: float | None = None
+    backend: str = "gloo"
+    master_port: int = 0
+    attempt: int = 0
+    ip: str = "127.0.0.1"
+    threads: int = 1
+    profile_dir: str = ""
+    log_dir: str = ""
+    socket: str = ""
+    slots: tuple[SlotRecord, ...] = ()
+    engines: tuple[dict, ...] = ()  # {"pid": int, "rank": int | None}, every engine started
+    inventory: dict[int, Inventory] = field(default_factory=dict)  # by engine id
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["slots"] = [asdict(s) for s in self.slots]
+        out["engines"] = [dict(e) for e in self.engines]
+        out["inventory"] = {str(k): v.to_dict() for k, v in self.inventory.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HostRecord:
+        """The record read from JSON; raises (KeyError, TypeError, ValueError, AttributeError)
+        when malformed."""
+        return _from_dict(
+            cls,
+            {
+                **data,
+                "slots": tuple(_from_dict(SlotRecord, s) for s in data.get("slots") or ()),
+                "engines": tuple(dict(e) for e in data.get("engines") or ()),
+                "inventory": {
+                    int(k): Inventory.from_dict(v) for k, v in (data.get("inventory") or {}).items()
+                },
+            },
+        )

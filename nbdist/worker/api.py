@@ -1,0 +1,156 @@
+"""The engines' whole interface to the kernel: the only functions the kernel ships to engines.
+
+The kernel calls these by reference (``client[eid].apply_async(api.run_cell, request)``), so
+this module imports nothing heavy at the top: the kernel imports it without loading torch.
+Each function is small and hands its work to the engine-side module that owns it; arguments
+and results are the typed records of ``nbdist.protocol`` (or plain numbers and numpy buffers).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+from ..protocol import (
+    CellOutcome,
+    CellRequest,
+    EngineIdentity,
+    GpuInfo,
+    Inventory,
+    PackedValue,
+    RankInfo,
+    ShardMeta,
+    ValueInfo,
+)
+from . import state
+
+
+# -- an engine's life ----------------------------------------------------------------------------
+def setup(threads: int) -> Inventory:
+    """First contact with a fresh engine: give it ``threads`` intra-op threads, load torch, make
+    ``nbdist`` a name in its namespace, and describe it (host, pid, GPUs, versions)."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    import torch
+
+    from .. import __version__
+    from . import rendezvous
+
+    torch.set_num_threads(threads)
+    state.namespace()["nbdist"] = sys.modules["nbdist"]  # cells say nbdist.rank() unimported
+    rendezvous.install_idempotent_init()
+    gpus = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            gpus.append(GpuInfo(name=p.name, memory=p.total_memory))
+    return Inventory(
+        host=os.environ.get("NBDIST_HOST") or socket.gethostname(),
+        cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        pid=os.getpid(),
+        threads=threads,
+        gpus=tuple(gpus),
+        python=platform.python_version(),
+        torch=torch.__version__.split("+")[0],
+        nbdist=__version__,
+        executable=sys.executable,
+    )
+
+
+def identity() -> EngineIdentity:
+    """Who this engine is, and which rank it holds (for ``nbdist.attach``)."""
+    from . import rendezvous
+
+    return EngineIdentity(
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        info=state.engine.rank_info,
+        formed=rendezvous.is_formed(),
+    )
+
+
+def process_id() -> tuple[int, str | None]:
+    """This engine's pid and the host name the notebook gave it (remote engines)."""
+    return os.getpid(), os.environ.get("NBDIST_HOST")
+
+
+# -- the process group ---------------------------------------------------------------------------
+def host_address(peer: str, interface: str | None = None) -> str:
+    """This host's address as ``peer`` reaches it (MASTER_ADDR for rank 0's host)."""
+    from . import rendezvous
+
+    return rendezvous.host_address(peer, interface)
+
+
+def serve_store(addr: str) -> int:
+    """Serve the rendezvous store on ``addr`` (rank 0's engine); its port."""
+    from . import rendezvous
+
+    return rendezvous.serve_store(addr)
+
+
+def form(info: RankInfo, timeout: float) -> float:
+    """Join the process group as ``info``; seconds taken."""
+    from . import rendezvous
+
+    return rendezvous.form(info, timeout)
+
+
+# -- cells and values ----------------------------------------------------------------------------
+def run_cell(request: CellRequest) -> CellOutcome:
+    """Run one ``%%distributed`` cell here (see ``runner``)."""
+    from . import runner
+
+    return runner.run_cell(request)
+
+
+def fetch(name: str) -> PackedValue | None:
+    """The packed value of ``name`` for ``%nbdist pull``; None when it is not defined."""
+    from .runner import portable
+
+    ns = state.namespace()
+    return portable(ns[name]) if name in ns else None
+
+
+# -- data (``nbdist.scatter`` and ``nbdist.gather``; see ``shards``) -------------------------------
+def free_memory() -> tuple[str, int]:
+    """(host, bytes of memory available) on this engine's machine."""
+    import psutil
+
+    return socket.gethostname(), psutil.virtual_memory().available
+
+
+def receive(token: str, meta: ShardMeta, tags: list[str], is_tuple: bool, *arrays: Any) -> int:
+    """Hold this rank's shard under ``token`` until the notebook commits it; its bytes."""
+    from . import shards
+
+    return shards.hold(token, meta, tags, is_tuple, arrays)
+
+
+def commit(token: str, name: str) -> None:
+    """Make the shard held under ``token`` visible as ``name``."""
+    from . import shards
+
+    shards.commit(token, name)
+
+
+def discard(token: str) -> None:
+    """Forget a shard that was never committed (the scatter failed on some rank)."""
+    state.engine.pending_shards.pop(token, None)
+
+
+def describe(name: str) -> ValueInfo | None:
+    """What ``gather`` needs to know of ``name`` before asking for it; None when undefined."""
+    from . import shards
+
+    return shards.describe(name)
+
+
+def export(name: str) -> tuple[list[str], list, bool]:
+    """``name``'s value as raw buffers for the notebook (``gather``)."""
+    from .. import wire
+
+    return wire.pack(state.namespace()[name])

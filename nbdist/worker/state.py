@@ -1,0 +1,58 @@
+"""Everything an engine remembers between requests, in one place.
+
+An engine is one long-lived process (one rank) that runs many cells. What it must remember
+from one request to the next lives on the single ``engine`` object below, not in module
+globals scattered over the worker package, so a reader sees the whole of it here and a test
+can reset it. The user's own variables live in the engine shell's namespace (``namespace()``).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..protocol import RankInfo, ShardMeta
+
+
+@dataclass
+class Engine:
+    """This engine's state. One instance per process: ``engine``."""
+
+    rank_info: RankInfo | None = None
+    """This engine's rank, set at each group formation (``rendezvous.form``)."""
+    run_key: str = "default"
+    """The running cell's run, which names its checkpoint folder (kept across restarts)."""
+    store: Any = None
+    """The rendezvous TCPStore server; rank 0's engine only, for as long as the engine lives."""
+    store_socket: socket.socket | None = None
+    """The socket the store serves on (kept open as long as the store is)."""
+    formations: int = 0
+    """Groups formed in this attempt; the same count on every rank (SPMD), names store keys."""
+    retired_groups: list = field(default_factory=list)
+    """Groups the user's code destroyed, kept alive until the next formation (see
+    ``rendezvous._deferred_destroy``: freeing one too soon can deadlock the engine)."""
+    group_sockets: set = field(default_factory=set)
+    """(fd, local, remote) of the group's TCP connections, shut down on abort."""
+    pending_shards: dict[str, tuple[Any, ShardMeta]] = field(default_factory=dict)
+    """Shards received but not yet committed, by scatter token."""
+    shards: dict[str, ShardMeta] = field(default_factory=dict)
+    """What was scattered under each name (for ``nbdist.loader``)."""
+    restored: dict = field(default_factory=dict)
+    """Plain values from the last ``nbdist.restore`` (``nbdist.restored()``)."""
+    training_plans: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    """What ``train_step`` must know of each prepared model, kept beside it (``training``)."""
+
+
+engine = Engine()
+
+
+def namespace() -> dict:
+    """The user's namespace on this engine: where cells run and variables persist."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__

@@ -1,0 +1,75 @@
+"""The benchmark harness runs end to end at a tiny size (a smoke test: the figures mean nothing)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import assert_gone
+
+from benchmarks import Result, table
+from benchmarks.__main__ import _as_result
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_table_shows_ratio_and_target():
+    rows = [
+        Result("fast", 99.0, 100.0, "samples/s", ">= 0.98"),
+        Result("slow start", 3.0, 4.0, "s", "< 0.5"),
+        Result("no target", 1.0, 2.0),
+    ]
+    text = table(rows)
+    assert re.search(r"\| fast\s+\| 99\s+\| 100\s+\| samples/s \| 0\.990 \| >= 0\.98 \| met", text)
+    assert re.search(r"\| slow start .*\| 0\.750 \| < 0\.5\s+\| MISSED", text)
+    assert [r.met for r in rows] == [True, False, None]
+
+
+def test_foreign_results_are_read():
+    r = _as_result({"name": "scatter", "value": 2.0, "baseline": 4.0, "unit": "GB/s", "x": 1}, "b")
+    assert (r.name, r.ratio, r.unit) == ("scatter", 0.5, "GB/s")
+    assert "unreadable" in _as_result(object(), "bench_x").note
+
+
+@pytest.mark.timeout(600)
+def test_whole_harness_runs_tiny():
+    """``python -m benchmarks --tiny``: every benchmark runs, the table has every row, and no
+    process it started (kernels, engines, torchrun workers) outlives it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", "--tiny"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + 560
+    while proc.poll() is None:  # note every process it starts, to check they all end
+        try:
+            seen.update((p.pid, p) for p in psutil.Process(proc.pid).children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("the tiny benchmark run took over 560 s")
+        time.sleep(0.2)  # sampling interval of the process census, not a synchronisation
+    out, err = proc.communicate()
+    assert proc.returncode == 0, f"{out}\n{err[-3000:]}"
+    for row in (
+        "start: %nbdist start -n 2 / ipyparallel + hand-made group",
+        "train mlp: %%distributed / torchrun",
+        "train cnn: %%distributed / torchrun",
+    ):
+        line = next((ln for ln in out.splitlines() if row in ln), None)
+        assert line is not None, f"no row {row!r} in:\n{out}"
+        ratio = float(line.split("|")[5])
+        assert ratio > 0, line
+    assert "TINY" in out
+    assert len(seen) >= 4, "the harness should have started kernels, engines and torchrun workers"
+    assert_gone(list(seen.values()), timeout=20)

@@ -1,0 +1,202 @@
+"""The telemetry collector and run monitor under simulated publishers: verdicts, NaN, load."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from nbdist.config import CellOptions, TelemetryConfig
+from nbdist.notebook import dashboard as dashboard_mod
+from nbdist.notebook import monitor
+from nbdist.notebook.collector import Collector, RankState, classify
+from nbdist.notebook.observers import Phase, RunObserver
+from nbdist.telemetry import events as ev
+from nbdist.telemetry.events import Batch, HealthSample, MetricRecord
+from nbdist.telemetry.store import RunStore
+
+CFG = TelemetryConfig(silent_after=1.0, slow_factor=2.0)
+
+
+@pytest.fixture(autouse=True)
+def _no_display(monkeypatch):
+    """Dashboards are built and updated, but not displayed (no front end in this process)."""
+    monkeypatch.setattr(dashboard_mod.Dashboard, "show", lambda self: None)
+
+
+# -- verdicts: a pure function ------------------------------------------------------------------
+def _rank(r, **kw) -> RankState:
+    return RankState(r, **kw)
+
+
+def _health(t: float, **kw) -> HealthSample:
+    return HealthSample(time=t, host=kw.pop("host", "h"), pid=kw.pop("pid", 1), **kw)
+
+
+def test_classify_verdicts():
+    now, started = 100.0, 90.0
+    ranks = {
+        0: _rank(
+            0, last_seen=99.9, step_time=0.10, reports=5, last_record=99.9, health=_health(99.9)
+        ),
+        1: _rank(
+            1, last_seen=99.9, step_time=0.11, reports=5, last_record=99.8, health=_health(99.9)
+        ),
+        2: _rank(
+            2, last_seen=99.9, step_time=0.35, reports=5, last_record=99.9, health=_health(99.9)
+        ),  # a straggler
+        3: _rank(3, last_seen=97.0, step_time=0.10, reports=5),  # no heartbeat for 3 s
+        4: _rank(4, last_seen=99.9, reports=0),  # alive, never reports, while others do
+        5: _rank(5, outcome="died", last_seen=99.9),
+        6: _rank(6, outcome="ok", last_seen=90.0),  # finished: not silent
+    }
+    got = classify(ranks, now, started, CFG)
+    assert got == {0: ev.OK, 1: ev.OK, 2: ev.SLOW, 3: ev.SILENT, 4: ev.SILENT, 5: ev.DEAD, 6: ev.OK}
+
+
+def test_classify_without_reports_uses_the_heartbeat_only():
+    ranks = {0: _rank(0, last_seen=99.5), 1: _rank(1, last_seen=99.5)}
+    assert classify(ranks, 100.0, 10.0, CFG) == {0: ev.OK, 1: ev.OK}
+    ranks[1].last_seen = 95.0
+    assert classify(ranks, 100.0, 10.0, CFG)[1] == ev.SILENT
+
+
+def test_collector_folds_batches_and_flags_nan_at_once():
+    col = Collector([0, 1], CFG, clock=lambda: 1000.0)
+    seen = []
+    col.on_event = lambda e: seen.append((e.kind, e.rank, e.message))
+    recs0 = [MetricRecord(999.0 + i * 0.1, i, 1.0 / (i + 1), 8, 10, None) for i in range(5)]
+    recs1 = [
+        MetricRecord(999.0 + i * 0.1, i, 2.0 / (i + 1), 8, None, {"lr": 0.1}) for i in range(4)
+    ]
+    recs1.append(MetricRecord(999.5, 4, float("nan"), 8, None, None))
+    col.ingest(0, Batch(0, 1, 999.5, recs0))
+    col.ingest(1, Batch(1, 1, 999.5, recs1, _health(999.5, host="h1")))
+    assert col.total == 10 and col.done() == 5 and col.records == 10
+    assert seen == [("nan", 1, "loss is nan at step 4")]
+    assert col.ranks[1].nonfinite == "nan" and col.ranks[1].host == "h1"
+    mean = col.mean_series()
+    assert mean.steps == [0, 1, 2, 3, 4] and mean.values[0] == pytest.approx(1.5)
+    assert mean.values[4] == pytest.approx(0.2)  # the NaN is flagged, not averaged in
+    assert col.samples_per_s() == pytest.approx(80 / 0.5)
+
+
+def test_the_collector_ignores_what_is_not_a_batch_of_its_version():
+    col = Collector([0], CFG)
+    rec = MetricRecord(1.0, 0, 0.5, None, None, None)
+    good, old = Batch(0, 1, 1.0, [rec]), Batch(0, 2, 1.0, [rec], v=ev.VERSION + 1)
+    data = {ev.key(9, 1): good, ev.key(9, 2): old, ev.key(9, 3): {"v": ev.VERSION}, "x": 1}
+    rk = SimpleNamespace(ar=SimpleNamespace(metadata={"data": data, "stdout": ""}), outcome=None)
+    assert col.poll({0: rk}) == 1 and col.records == 1
+    assert data == {"x": 1}  # nbdist's keys are popped, read or not; others are left alone
+
+
+# -- scale: 64 simulated ranks, 20 reports a second each -----------------------------------------
+def _sim_cluster(n: int):
+    return SimpleNamespace(
+        slots=[SimpleNamespace(rank=r) for r in range(n)], engines=SimpleNamespace(cluster_id="sim")
+    )
+
+
+class _FakeResult:
+    def __init__(self):
+        self.metadata = {"data": {}, "stdout": ""}
+
+
+@pytest.mark.parametrize("n, hz", [(64, 20), (256, 5)])  # issue 4's load; issue 8's 256 ranks
+def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
+    """Publishers do what ipyparallel's client thread does (deserialise, ``data.update``); the
+    kernel's loop calls the monitor every 20 ms as the supervisor does. Nothing is lost, the
+    backlog stays small, polls stay short, and the store gets every row."""
+    from ipyparallel.serialize import deserialize_object, serialize_object
+
+    seconds = 3.0
+    ranks = {r: SimpleNamespace(rank=r, ar=_FakeResult(), outcome=None) for r in range(n)}
+    cluster = _sim_cluster(n)
+    store = RunStore(tmp_path / "runs.sqlite")
+    opts = CellOptions()
+    sent = [0]
+    stop = threading.Event()
+
+    def publish():
+        seq = 0
+        t_next = time.monotonic()
+        while not stop.is_set():
+            now = time.time()
+            for r in range(n):
+                seq += 1
+                body = Batch(
+                    r,
+                    seq,
+                    now,
+                    [MetricRecord(now, seq, 1.0 / seq, 32, None, None)],
+                    HealthSample(now, "sim", 1, cpu=1.0) if seq % 10 == 0 else None,
+                )
+                data, _ = deserialize_object(serialize_object({ev.key(r, seq): body}))
+                ranks[r].ar.metadata["data"].update(data)
+                sent[0] += 1
+            t_next += 1 / hz
+            stop.wait(max(0.0, t_next - time.monotonic()))
+
+    with monitor.RunMonitor(cluster, "nbdist.report(...)", opts, store=store, cfg=CFG) as mon:
+        pub = threading.Thread(target=publish)
+        pub.start()
+        backlog = []
+        t_end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < t_end:
+                mon.on_poll(ranks)
+                backlog.append(max(len(rk.ar.metadata["data"]) for rk in ranks.values()))
+                time.sleep(0.02)  # the supervisor's poll period (this is the loop under test)
+        finally:
+            stop.set()
+            pub.join()
+        mon.on_poll(ranks)
+    assert mon.collector.records == sent[0] >= n * hz * seconds * 0.5
+    assert all(not rk.ar.metadata["data"] for rk in ranks.values())
+    assert statistics.median(backlog) <= 3, "batches pile up between polls"
+    polls = sorted(mon.poll_seconds)
+    assert polls[len(polls) // 2] < 0.05, f"median poll {polls[len(polls) // 2]:.3f} s"
+    assert mon.dashboard is not None and mon.dashboard.updates >= seconds / CFG.ui_interval / 3
+    assert len(store.metrics(mon.run_id)) == sent[0]
+    assert store.get_run(mon.run_id)["status"] == "ok"
+
+
+def test_the_monitor_is_the_runs_observer_and_shows_its_phases(tmp_path):
+    """Recovery reaches the dashboard at once and the store keeps it as events."""
+    store = RunStore(tmp_path / "runs.sqlite")
+    rk = SimpleNamespace(ar=SimpleNamespace(metadata={"data": {}, "stdout": ""}), outcome=None)
+    with monitor.RunMonitor(
+        _sim_cluster(1), "nbdist.report()", CellOptions(), store=store, cfg=CFG
+    ) as mon:
+        assert isinstance(mon, RunObserver)
+        mon.on_phase(Phase.STARTING, Phase.RUNNING)
+        rk.ar.metadata["data"][ev.key(1, 1)] = Batch(
+            0, 1, time.time(), [MetricRecord(time.time(), 0, 1.0, 8, 10, None)]
+        )
+        mon.on_poll({0: rk})
+        assert mon.dashboard is not None
+        mon.on_event("failure", 0, "engine gone", {"cause": "died"})
+        mon.on_phase(Phase.RUNNING, Phase.RECOVERING)
+        assert "recovering" in mon.dashboard.header.value
+        assert mon.dashboard.progress.bar_style == "warning"
+        mon.on_event("restart", None, "restart 1: resuming", {"restarts": 1})
+        mon.on_phase(Phase.RECOVERING, Phase.RUNNING)
+        mon.on_poll({0: rk})
+        assert "running" in mon.dashboard.header.value
+        mon.on_phase(Phase.RUNNING, Phase.FINISHED)
+    kinds = [(e["kind"], e["rank"], e["message"], e["data"]) for e in store.events(mon.run_id)]
+    assert kinds == [
+        ("failure", 0, "engine gone", {"cause": "died"}),
+        ("phase", None, "running -> recovering", {"old": "running", "new": "recovering"}),
+        ("restart", None, "restart 1: resuming", {"restarts": 1}),
+        ("phase", None, "recovering -> running", {"old": "recovering", "new": "running"}),
+        ("finished", None, kinds[-1][2], {}),
+    ]
+    assert store.get_run(mon.run_id)["status"] == "ok" and len(store.metrics(mon.run_id)) == 1
+
+
+# -- a real cluster ------------------------------------------------------------------------------

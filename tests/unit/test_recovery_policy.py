@@ -1,0 +1,171 @@
+"""The failure policy is a pure function: its whole table; the run controller's transitions."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbdist.errors import DistributedCellError, NbdistError, RankFailure
+from nbdist.notebook.controller import TRANSITIONS, RunController
+from nbdist.notebook.observers import Phase
+from nbdist.notebook.recovery import Decision, Failure, RunState, classify, decide
+from nbdist.notebook.supervisor import CellReport
+
+
+@pytest.mark.parametrize(
+    "failure, restarts, replaceable, world, lost, min_workers, expected",
+    [
+        (Failure.NONE, 0, True, 2, 0, 2, Decision.FINISH),
+        (Failure.INTERRUPTED, 3, True, 2, 0, 2, Decision.RAISE),
+        (Failure.APP_ERROR, 3, True, 2, 0, 2, Decision.RAISE),
+        (Failure.WORKER_LOST, 0, True, 2, 1, 2, Decision.RAISE),
+        (Failure.WORKER_LOST, 1, True, 2, 1, 2, Decision.RESTART),
+        (Failure.WORKER_LOST, 1, False, 4, 1, 3, Decision.SHRINK),
+        (Failure.WORKER_LOST, 1, False, 4, 2, 3, Decision.RAISE),
+        (Failure.WORKER_LOST, 1, False, 2, 1, 2, Decision.RAISE),
+    ],
+)
+def test_policy_table(failure, restarts, replaceable, world, lost, min_workers, expected):
+    state = RunState(restarts, world, min_workers, lost=lost, replaceable=replaceable)
+    decision, after = decide(state, failure)
+    assert decision is expected
+    if decision in (Decision.RESTART, Decision.SHRINK):
+        assert after.restarts_left == restarts - 1 and after.restarts_done == 1
+    else:
+        assert after == state  # nothing spent
+    if decision is Decision.SHRINK:
+        assert after.world_size == world - lost
+
+
+def test_budget_runs_out():
+    state = RunState(restarts_left=2, world_size=2, min_workers=2, lost=1)
+    decisions = []
+    for _ in range(3):
+        d, state = decide(state, Failure.WORKER_LOST)
+        decisions.append(d)
+    assert decisions == [Decision.RESTART, Decision.RESTART, Decision.RAISE]
+
+
+def test_classify():
+    assert classify(False, []) is Failure.NONE
+    assert classify(True, ["died"]) is Failure.INTERRUPTED
+    assert classify(False, ["error", "interrupted"]) is Failure.APP_ERROR
+    assert classify(False, ["died", "interrupted"]) is Failure.WORKER_LOST
+    assert classify(False, ["hung"]) is Failure.WORKER_LOST
+    assert classify(False, ["timeout", "timeout"]) is Failure.APP_ERROR
+
+
+def test_lifecycle_transitions():
+    terminal = {p for p, nxt in TRANSITIONS.items() if not nxt}
+    assert terminal == {p for p in Phase if p.terminal}
+    assert terminal == {Phase.FINISHED, Phase.FAILED, Phase.INTERRUPTED}
+    assert set(TRANSITIONS) == set(Phase)
+    # every phase can reach an end
+    for phase in TRANSITIONS:
+        seen, todo = set(), [phase]
+        while todo:
+            p = todo.pop()
+            seen.add(p)
+            todo += [n for n in TRANSITIONS[p] if n not in seen]
+        assert seen & terminal, phase
+    assert Phase.RECOVERING in TRANSITIONS[Phase.RUNNING]
+    assert Phase.RUNNING in TRANSITIONS[Phase.RECOVERING]
+    assert Phase.FINISHED not in TRANSITIONS[Phase.RECOVERING]  # recovery always runs again
+
+
+class _ScriptedCluster:
+    """The controller's view of a cluster, answering run_once() from a script of reports.
+    (The same controller drives real clusters in test_recovery.py; this checks its steps.)"""
+
+    def __init__(self, reports, replaceable=True):
+        self.reports = list(reports)
+        self.slots = [object(), object()]
+        self.replaceable = replaceable
+        self.calls = []
+        self.group_ready = True
+
+    def run_once(self, *args):
+        self.calls.append("run")
+        return self.reports.pop(0)
+
+    def replace(self, lost):
+        self.calls.append(("replace", lost))
+        if not self.replaceable:
+            raise NbdistError("no engine")
+
+    def shrink(self, lost):
+        self.calls.append(("shrink", lost))
+        self.slots = self.slots[: len(self.slots) - len(lost)]
+
+    def replay(self):
+        self.calls.append("replay")
+
+    def repair(self, report, full):
+        return ""
+
+    def journal_cell(self, *args):
+        self.calls.append("journal")
+
+
+class _Watcher:
+    def __init__(self):
+        self.phases, self.events = [], []
+
+    def on_phase(self, old, new):
+        self.phases.append((old.value, new.value))
+
+    def on_event(self, kind, rank, message, data):
+        self.events.append((kind, rank))
+
+    def on_poll(self, ranks):
+        pass
+
+    def hung_ranks(self, timeout):
+        return []
+
+
+def _lost_report(rank):
+    failure = RankFailure(rank, "engine process killed by SIGKILL", "", 0.0, "died")
+    return CellReport(failures=[failure], lost=[rank], group_broken=True)
+
+
+def _controller(cluster, restarts=1, min_workers=None):
+    from nbdist.config import CellOptions
+
+    watcher = _Watcher()
+    opts = CellOptions(restarts=restarts, min_workers=min_workers)
+    ctl = RunController(
+        cluster, "pass", opts, filename="<t>", run_key="k", full=True, observers=[watcher]
+    )
+    return ctl, watcher
+
+
+def test_controller_restarts_a_lost_worker_and_tells_observers():
+    cluster = _ScriptedCluster([_lost_report(1), CellReport(value=42)])
+    ctl, watcher = _controller(cluster)
+    assert ctl.run() == 42
+    assert cluster.calls == ["run", ("replace", [1]), "replay", "run", "journal"]
+    assert watcher.phases == [
+        ("starting", "running"),
+        ("running", "recovering"),
+        ("recovering", "running"),
+        ("running", "finished"),
+    ]
+    assert watcher.events == [("failure", 1), ("restart", None)]
+
+
+def test_controller_shrinks_when_no_engine_can_replace():
+    cluster = _ScriptedCluster([_lost_report(1), CellReport(value=1)], replaceable=False)
+    ctl, watcher = _controller(cluster, min_workers=1)
+    assert ctl.run() == 1
+    assert cluster.calls == ["run", ("replace", [1]), ("shrink", [1]), "replay", "run", "journal"]
+
+
+def test_controller_fails_in_one_error_when_recovery_cannot_happen():
+    cluster = _ScriptedCluster([_lost_report(0)], replaceable=False)
+    ctl, watcher = _controller(cluster)
+    with pytest.raises(DistributedCellError, match="rank 0: engine process killed") as err:
+        ctl.run()
+    assert "nbdist: no replacement engine: no engine" in err.value.report()
+    assert watcher.phases[-1] == ("recovering", "failed")
+    with pytest.raises(RuntimeError, match="cannot go from"):
+        ctl._enter(Phase.RUNNING)
