@@ -1,11 +1,13 @@
 # nbdist: one place for the project's commands. See README.md.
-#   make install    system packages, then nbdist editable with its test extras (builds the sidebar)
+#   make install    install-system and install-python:
+#     install-system  the system packages the tests need (Chromium, sshd): root or sudo
+#     install-python  nbdist editable with its test extras (builds the sidebar): no root
 #   make lint       ruff format --check, ruff check, and the sidebar's prettier + eslint checks
 #                   (installs the sidebar's node_modules when missing)
 #   make format     rewrite what `make lint` checks: ruff format, ruff check --fix, jlpm lint
 #   make test       install, lint, then the whole suite (what .ci/run runs)
 #   make test-fast  the unit tests only (tests/unit), no install, no lint: run `make install` once
-#   make demo       run the quickstart notebook
+#   make demo       install-python, then run the quickstart notebook (no root needed)
 #   make bench      the benchmarks
 PYTHON ?= python3
 JLPM ?= jlpm
@@ -14,13 +16,19 @@ EXT := extension
 # it is missing or older than the manifest or the lockfile.
 NODE_MODULES := $(EXT)/node_modules/.yarn-state.yml
 
-.PHONY: install demo lint lint-format lint-ruff lint-extension format test test-fast bench
+.PHONY: install install-system install-python demo \
+  lint lint-format lint-ruff lint-extension format test test-fast bench
 
-install:
+install: install-system install-python
+
+# Independent halves: the demo needs only the second, which needs no root.
+install-system:
 	bash scripts/install-system-deps.sh
+
+install-python:
 	$(PYTHON) -m pip install -q -c constraints.txt -e ".[test]"
 
-demo: install
+demo: install-python
 	$(PYTHON) scripts/run_notebook.py notebooks/quickstart.ipynb
 
 # Three independent checks: `make -k lint` reports all three even when one fails.

@@ -119,6 +119,14 @@ def _isolated(name: str, tiny: bool, timeout: float) -> tuple[list[Result], list
     return results, notes, proc.returncode == 0
 
 
+def _load() -> str:
+    """The machine's load average (1, 5, 15 min): other work on it skews every figure."""
+    try:
+        return "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    except (AttributeError, OSError):
+        return "load unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="smallest sizes: a smoke test, not figures")
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"nbdist benchmarks{' (TINY: smoke run, not figures)' if args.tiny else ''}: "
         f"{platform.node()}, {cores} cores, Python {platform.python_version()}, "
-        f"torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M')}",
+        f"torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M')}, {_load()}",
         flush=True,
     )
     results: list[Result] = []
@@ -159,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     for text in notes:
         print(text)
+    print(f"at the end: {_load()}")
     return 0 if ok else 1
 
 

@@ -1,4 +1,5 @@
-"""A real IPython kernel for the benchmarks, driven as a notebook front end drives it."""
+"""A real IPython kernel for the benchmarks, driven as a notebook front end drives it; and the
+CPU time of processes and threads on this host (``cpu_seconds``), to see where a run's CPU goes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,42 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def cpu_seconds(pids: list[int], thread_pids: list[int] = ()) -> dict:
+    """CPU time so far (s) of each process in ``pids`` and of each thread of the processes in
+    ``thread_pids``, with the ``time.monotonic()`` of the reading.
+
+    ``{"t": ..., "procs": {pid: s}, "threads": {pid: {tid: (name, s)}}}``; processes that are
+    gone are left out. A process's time is psutil's user + system (10 ms steps); a thread's is
+    read from ``/proc/PID/task`` (Linux; elsewhere none): its run time in ns from ``schedstat``,
+    or its ticks from ``stat``; ``name`` is the kernel's name of the thread (``comm``: "python"
+    unless the thread named itself). Cheap enough to call from a training loop.
+    """
+    out: dict = {"t": time.monotonic(), "procs": {}, "threads": {}}
+    for pid in pids:
+        try:
+            c = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        out["procs"][pid] = c.user + c.system
+    for pid in thread_pids:
+        threads = out["threads"][pid] = {}
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                threads[int(task.name)] = ((task / "comm").read_text().strip(), _run_time(task))
+            except (OSError, ValueError):  # the thread ended meanwhile
+                continue
+    return out
+
+
+def _run_time(task: Path) -> float:
+    """Seconds a thread (``/proc/PID/task/TID``) has run on a CPU."""
+    try:
+        return int((task / "schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):  # a kernel without schedstats: ticks, then
+        utime, stime = (task / "stat").read_text().rsplit(")", 1)[1].split()[11:13]
+        return (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
 
 
 class Kernel:
@@ -61,6 +98,13 @@ class Kernel:
         if text is None:
             raise RuntimeError(f"benchmark cell returned nothing: {code[:80]}\n{out[-2000:]}")
         return ast.literal_eval(text)
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every process the kernel started, and theirs (controller, fork server, engines...)."""
+        try:
+            return psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
 
     def shutdown(self) -> None:
         """Stop the kernel and every process it started (by PID), waiting for them to go."""

@@ -85,8 +85,9 @@ def _cell(args: dict, report: bool) -> str:
     )
 
 
-def _torchrun(runs: dict[str, dict], timeout: float) -> dict[str, dict]:
-    """Every model in ``runs`` ({model: train() arguments}) in one torchrun launch, in order."""
+def torchrun(runs: dict[str, dict], timeout: float) -> dict[str, dict]:
+    """Every model in ``runs`` ({model: train() arguments}) in one torchrun launch, in order;
+    rank 0's figures by model (the baseline of this benchmark and of ``bench_report``)."""
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc-per-node={WORKERS}", str(ROOT / "benchmarks" / "workloads.py"),
@@ -137,7 +138,7 @@ def run(tiny: bool = False, **sizes) -> list[Result]:
                 k.run("%nbdist stop")
 
         def torchrun_side() -> None:
-            figures = _torchrun({m: _args(m, s, threads) for m in MODELS}, timeout=600)
+            figures = torchrun({m: _args(m, s, threads) for m in MODELS}, timeout=600)
             for model in MODELS:
                 note((model, "torchrun"), figures[model])
 

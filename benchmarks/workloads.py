@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -57,10 +58,13 @@ def train(
     hidden: int = 1024,
     threads: int | None = None,
     report: bool = False,
+    probe: Callable[[], object] | None = None,
 ) -> dict:
     """Train ``model`` for ``warmup + steps`` steps on this rank; return rank 0's figures.
 
-    ``report=True`` calls ``nbdist.report(...)`` every step (nbdist engines only).
+    ``report=True`` calls ``nbdist.report(...)`` every step (nbdist engines only). ``probe`` is
+    called on rank 0 just before the timed steps and just after them; its two results are
+    returned as ``"probe"`` (the report benchmark reads CPU times with it).
     """
     if threads:
         torch.set_num_threads(threads)
@@ -93,6 +97,7 @@ def train(
     for i in range(warmup):
         step(i)
     dist.barrier()
+    marks = [probe()] if probe is not None and rank == 0 else []
     t0 = time.perf_counter()
     for i in range(warmup, warmup + steps):
         loss = step(i)
@@ -100,6 +105,8 @@ def train(
         torch.cuda.synchronize()
     dist.barrier()
     seconds = time.perf_counter() - t0
+    if marks:
+        marks.append(probe())
     return {
         "model": model,
         "world": world,
@@ -107,6 +114,7 @@ def train(
         "samples_per_s": world * batch * steps / seconds,
         "step_ms": 1000 * seconds / steps,
         "loss": loss,
+        **({"probe": marks} if marks else {}),
     }
 
 

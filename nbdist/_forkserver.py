@@ -114,12 +114,15 @@ def main() -> None:
                 pass
         _reap()
         if kernel_alive is not None and not kernel_alive():
+            # SIGKILL by PID: an engine wedged in C with the GIL held cannot run its own
+            # watcher thread, but it dies all the same
             lifeline.kill_descendants()
             return
         if stdin not in ready:
             continue
         chunk = os.read(stdin, 4096)
-        if not chunk:  # the kernel closed our stdin: it is gone
+        if not chunk:  # the kernel closed our stdin without "exit": it is gone
+            lifeline.kill_descendants()
             return
         pending += chunk
         *lines, pending = pending.split(b"\n")

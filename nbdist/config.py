@@ -108,10 +108,8 @@ class CellOptions:
 class TelemetryConfig:
     """How the notebook watches a running cell: the dashboard's pace and the health verdicts."""
 
-    ui_interval: float = 0.1
-    """Seconds between updates of the dashboard's numbers (progress, step, samples/s)."""
-    chart_interval: float = 0.4
-    """Seconds between redraws of the charts, table and logs (at least twice a second)."""
+    ui_interval: float = 0.25
+    """Seconds between the dashboard's updates: what changed goes to the browser, which draws."""
     store_interval: float = 0.5
     """Seconds between writes to the run store (one transaction each)."""
     silent_after: float = 5.0
@@ -122,7 +120,7 @@ class TelemetryConfig:
     """Last lines of each rank's output shown on the dashboard."""
 
     def __post_init__(self) -> None:
-        if min(self.ui_interval, self.chart_interval, self.store_interval) <= 0:
+        if min(self.ui_interval, self.store_interval) <= 0:
             raise UsageError("telemetry intervals must be positive numbers of seconds")
         if self.silent_after <= 0 or self.slow_factor <= 1:
             raise UsageError("silent_after must be > 0 and slow_factor > 1")

@@ -1,8 +1,8 @@
 """The run's charts, drawn off-screen with matplotlib's Agg into PNG bytes (no pyplot, no widgets).
 
-The dashboard draws them on a background thread (``render_chart``) and into its static picture
-(``plot``); ``nbdist.compare()`` shows its figures with ``figure_png``. matplotlib is imported on
-first use, never at import.
+The dashboard's static picture (``dashboard_picture``, made once when a cell ends) and
+``nbdist.compare()`` use them; the live dashboard is drawn by the browser. matplotlib is imported
+on first use, never at import.
 """
 
 from __future__ import annotations
@@ -11,19 +11,11 @@ import io
 from typing import Any
 
 
-def warm_up() -> bytes:
-    """Import matplotlib off the main thread while the cell starts (about half a second)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
-    from matplotlib.figure import Figure  # noqa: F401
-
-    return b""
-
-
 def plot(data: dict, loss_ax: Any, rate_ax: Any) -> None:
     """Loss per rank and its mean on ``loss_ax``, samples/s on ``rate_ax``.
 
     ``data``: ``{"ranks": [(rank, steps, losses)], "mean": (steps, losses),
-    "rate": (seconds, samples_per_s)}``, a copy the drawing thread owns.
+    "rate": (seconds, samples_per_s)}``.
     """
     ranks = data["ranks"]
     many = len(ranks) > 8
@@ -52,14 +44,83 @@ def plot(data: dict, loss_ax: Any, rate_ax: Any) -> None:
     rate_ax.grid(alpha=0.3)
 
 
-def render_chart(data: dict) -> bytes:
-    """The dashboard's two charts of ``data`` (as for ``plot``), as PNG bytes."""
+_STATE_COLOURS = {"ok": "#2e7d32", "slow": "#ef6c00", "silent": "#9e9d24", "dead": "#c62828"}
+_COLUMNS = (
+    ("rank", "rank", "d"),
+    ("host", "host", ""),
+    ("state", "state", ""),
+    ("step", "step", "d"),
+    ("loss", "loss", ".4g"),
+    ("step_ms", "step ms", ".0f"),
+    ("cpu", "cpu %", ".0f"),
+    ("rss_mb", "rss MB", ".0f"),
+    ("gpu_util", "gpu %", ".0f"),
+    ("gpu_mb", "gpu MB", ".0f"),
+    ("comm", "comm %", ".0f"),
+)
+_TABLE_ROWS = 16
+
+
+def _cell(value: Any, spec: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str) or not spec:
+        return str(value)[:40]
+    return format(value, spec)
+
+
+def dashboard_picture(
+    title: str,
+    summary: str,
+    ranks: list[tuple[int, list, list]],
+    mean: tuple[list, list],
+    rate: tuple[list, list],
+    rows: list[dict],
+    events: list[tuple[str, int | None, str]],
+) -> bytes:
+    """The whole dashboard as one PNG, made once when the cell ends, for renderers without
+    widgets. Text from engines is drawn as text: TeX (``$...$``) is not interpreted."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 2.8), dpi=80)
-    loss_ax, rate_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1]})
-    plot(data, loss_ax, rate_ax)
-    fig.tight_layout()
+    shown = rows[:_TABLE_ROWS]
+    more = len(rows) - len(shown)
+    height = 3.6 + 0.22 * (len(shown) + 1) + 0.2 * (min(len(events), 5) + bool(more)) + 0.5
+    fig = Figure(figsize=(9, height), dpi=80)
+    top = 1 - 0.55 / height
+    fig.text(0.01, 1 - 0.25 / height, title, weight="bold", fontsize=11, parse_math=False)
+    fig.text(0.01, top, summary, fontsize=9, parse_math=False)
+    chart_h = 2.6 / height
+    loss_ax = fig.add_axes((0.07, top - chart_h - 0.05 / height, 0.55, chart_h - 0.3 / height))
+    rate_ax = fig.add_axes((0.72, top - chart_h - 0.05 / height, 0.26, chart_h - 0.3 / height))
+    plot({"ranks": ranks, "mean": mean, "rate": rate}, loss_ax, rate_ax)
+    table_top = top - chart_h - 0.55 / height
+    table_h = 0.22 * (len(shown) + 1) / height
+    if shown:
+        tab_ax = fig.add_axes((0.01, table_top - table_h, 0.98, table_h))
+        tab_ax.axis("off")
+        table = tab_ax.table(
+            cellText=[[_cell(r.get(k), spec) for k, _, spec in _COLUMNS] for r in shown],
+            colLabels=[label for _, label, _ in _COLUMNS],
+            loc="upper left",
+            cellLoc="left",
+            bbox=(0, 0, 1, 1),
+        )
+        table.auto_set_font_size(False)
+        table.set_fontsize(7.5)
+        for cell in table.get_celld().values():
+            cell.get_text().set_parse_math(False)
+        for i, r in enumerate(shown, start=1):
+            cell = table[i, 2]
+            cell.set_facecolor(_STATE_COLOURS.get(r["state"], "#555"))
+            cell.get_text().set_color("white")
+    y = table_top - table_h - 0.25 / height
+    if more:
+        fig.text(0.01, y, f"... and {more} more ranks", fontsize=8)
+        y -= 0.2 / height
+    for kind, rank, message in events[-5:]:
+        who = f" rank {rank}" if rank is not None else ""
+        fig.text(0.01, y, f"{kind}{who}: {message}"[:140], fontsize=8, parse_math=False)
+        y -= 0.2 / height
     return figure_png(fig)
 
 

@@ -24,33 +24,14 @@ from typing import TYPE_CHECKING
 from ..config import TelemetryConfig
 from ..telemetry import events as ev
 from ..telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
+from .curves import Curve
 
 if TYPE_CHECKING:
     from .supervisor import RankRun
 
-_MAX_POINTS = 4000  # loss points kept per rank for the charts (older ones thinned)
+_MAX_POINTS = 2000  # points kept per curve (min/max decimated: see curves.py)
+_MAX_PENDING_MEAN = 20_000  # steps whose mean waits for a lagging rank, at most
 _RATE_WINDOW = 5.0  # seconds of records behind samples/s and the ETA
-
-
-@dataclass
-class Series:
-    """(step, value) points, thinned to at most ``_MAX_POINTS`` by dropping every other one."""
-
-    steps: list = field(default_factory=list)
-    values: list = field(default_factory=list)
-    stride: int = 1
-    _skip: int = 0
-
-    def add(self, step, value) -> None:
-        self._skip += 1
-        if self._skip < self.stride:
-            return
-        self._skip = 0
-        self.steps.append(step)
-        self.values.append(value)
-        if len(self.steps) > _MAX_POINTS:
-            self.steps, self.values = self.steps[::2], self.values[::2]
-            self.stride *= 2
 
 
 @dataclass
@@ -71,7 +52,7 @@ class RankState:
     state: str = ev.OK
     outcome: str | None = None  # None while running; ok | failed | died
     nonfinite: str | None = None  # "nan" / "inf" once a non-finite loss was seen
-    losses: Series = field(default_factory=Series)
+    losses: Curve = field(default_factory=lambda: Curve(_MAX_POINTS))
     progress: deque = field(default_factory=lambda: deque(maxlen=64))  # (engine time, step)
     log: deque = field(default_factory=lambda: deque(maxlen=5))
     _partial: str = ""
@@ -139,8 +120,9 @@ class Collector:
         self.ranks = {r: RankState(r, log=deque(maxlen=self.cfg.log_lines)) for r in ranks}
         self.total = total
         self.first_step: int | None = None
-        self.mean: dict[int, list] = {}  # step -> [sum, count] of the ranks' finite losses
-        self._mean_cache: tuple = (-1, False, Series())
+        self.mean = Curve(_MAX_POINTS)  # mean loss over ranks, at each settled step
+        self._sums: dict[int, list] = {}  # step -> [sum, count], until the step settles
+        self.on_mean: Callable[[int, float], None] | None = None  # a newly settled point
         self.first_record: float | None = None  # engine time
         self.rate_window: deque = deque()  # (engine time, samples) across ranks
         self._window_sum = 0.0  # samples in rate_window
@@ -227,11 +209,9 @@ class Collector:
                     )
             elif step is not None:
                 st.losses.add(step, loss)
-                acc = self.mean.get(step)
+                acc = self._sums.get(step)
                 if acc is None:
-                    acc = self.mean[step] = [0.0, 0]
-                    if len(self.mean) > 2 * _MAX_POINTS:
-                        self._thin_mean()
+                    acc = self._sums[step] = [0.0, 0]
                 acc[0] += loss
                 acc[1] += 1
 
@@ -298,34 +278,35 @@ class Collector:
             return None
         return max(0.0, (self.total - done) / min(rates))
 
-    def _thin_mean(self) -> None:
-        """Keep the mean's memory bounded: drop every other step but the latest ones."""
-        keys = sorted(self.mean)
-        for k in keys[: -_MAX_POINTS // 4 : 2]:
-            del self.mean[k]
-
-    def mean_series(self, final: bool = False) -> Series:
-        """Mean loss over ranks at each step that every live reporting rank has passed (every
-        step, when ``final``); at most ``_MAX_POINTS`` points."""
-        key = (self.records, final)
-        if self._mean_cache[:2] == key:
-            return self._mean_cache[2]
+    def settle_mean(self, final: bool = False) -> None:
+        """Fold the steps that every live reporting rank has passed (every step, when
+        ``final``) into the mean curve, in step order; each new point goes to ``on_mean``.
+        A step waits for lagging ranks, but never more than ``_MAX_PENDING_MEAN`` steps."""
+        if not self._sums:
+            return
         live = [
             s.step
             for s in self.ranks.values()
-            if s.step is not None and s.state not in (ev.SILENT, ev.DEAD)
+            if s.step is not None and s.state not in (ev.SILENT, ev.DEAD) and s.outcome is None
         ]
-        upto = max(self.mean, default=0) if final or not live else min(live)
-        steps = sorted(k for k in self.mean if k <= upto)
-        stride = len(steps) // _MAX_POINTS + 1
-        out = Series(steps[::stride], [self.mean[k][0] / self.mean[k][1] for k in steps[::stride]])
-        self._mean_cache = (*key, out)
-        return out
+        steps = sorted(self._sums)
+        upto = steps[-1] if final or not live else min(live)
+        if len(steps) > _MAX_PENDING_MEAN:
+            upto = max(upto, steps[len(steps) - _MAX_PENDING_MEAN])
+        for step in steps:
+            if step > upto:
+                break
+            total, count = self._sums.pop(step)
+            if self.mean.x and step <= self.mean.x[-1]:
+                continue  # a late report for a step already settled
+            value = total / count
+            self.mean.add(step, value)
+            if self.on_mean is not None:
+                self.on_mean(step, value)
 
     def mean_loss(self) -> float | None:
-        """The latest mean loss over ranks."""
-        v = self.mean_series().values
-        return v[-1] if v else None
+        """The latest settled mean loss over ranks."""
+        return self.mean.last()
 
 
 def _why(st: RankState, state: str, now: float) -> str:

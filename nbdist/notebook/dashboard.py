@@ -1,343 +1,272 @@
-"""The live dashboard under a ``%%distributed`` cell: progress, loss, throughput, workers, logs.
+"""The live dashboard under a ``%%distributed`` cell: the kernel's half.
 
-An ipywidgets box whose numbers change every ``ui_interval`` and whose charts (matplotlib, drawn
-off-screen with Agg into a PNG) are redrawn every ``chart_interval``. When the cell ends the widget
-keeps its final state, and its output also carries a PNG picture of it, which renderers without
-widgets (GitHub, nbconvert, a notebook reopened without a kernel) show instead.
+The browser draws it (``widget.DashboardWidget``, an anywidget whose ES module is
+``static/dashboard.js``); the kernel keeps the state and sends what is new, a few times a
+second, as one small message: points appended to each curve, worker rows that changed, new
+events, log tails that moved (``_delta``). A view that appears later (a second view, a notebook
+reopened while the kernel lives) starts from ``history``, a decimated copy of everything,
+refreshed every few seconds and at the end; every message carries a sequence number, so the
+browser never applies the same points twice. No matplotlib runs while the cell runs.
 
-Text from engines (host names, log lines, messages) is shown as text: it goes through
-``html.escape`` into HTML widgets, or into a Textarea.
+When the cell ends the output keeps the widget and gains one static PNG of it (``charts``), which
+renderers without widgets (GitHub, nbconvert, a notebook reopened without a kernel) show.
+
+Everything here is plain data: numbers are finite or None (a NaN loss travels as the text
+"nan"), and text from engines is sent as text; the browser sets it with ``textContent``.
 """
 
 from __future__ import annotations
 
 import base64
-import html
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
-
-import ipywidgets as w
+import math
+from typing import Any
 
 from ..config import TelemetryConfig
-from ..telemetry import events as ev
-from ..telemetry.events import RunEvent
-from .charts import figure_png, plot, render_chart, warm_up
+from ..telemetry.events import MetricRecord, RunEvent
 from .collector import Collector, RankState
+from .curves import Curve, Outbox, minmax
 
-COLOURS = {ev.OK: "#2e7d32", ev.SLOW: "#ef6c00", ev.SILENT: "#9e9d24", ev.DEAD: "#c62828"}
-_EVENT_COLOURS = {
-    "nan": "#c62828",
-    "died": "#c62828",
-    "dead": "#c62828",
-    "failed": "#c62828",
-    "slow": "#ef6c00",
-    "silent": "#9e9d24",
-    "restart": "#1565c0",
-    "checkpoint": "#1565c0",
-    "recovered": "#2e7d32",
-    "warning": "#ef6c00",
-}
-_COLUMNS = (
-    "rank",
-    "host",
-    "state",
-    "step",
-    "loss",
-    "step ms",
-    "cpu %",
-    "rss MB",
-    "gpu",
-    "comm %",
-    "quiet s",
-)
-_TABLE_ROWS_PNG = 16
+_HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
+_HISTORY_POINTS = 4000  # points per history, shared among the ranks' curves
+_EVENTS_KEPT = 50
 
 
-def _fmt_secs(s: float | None) -> str:
-    if s is None:
-        return "?"
-    s = int(round(s))
-    if s >= 3600:
-        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-    return f"{s // 60}:{s % 60:02d}"
-
-
-def _fmt(x, spec: str = ".4g", none: str = "-") -> str:
-    return none if x is None else format(x, spec)
+def _num(x: Any) -> float | int | None:
+    """A number JSON can carry: finite, or None."""
+    if x is None or isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
 
 
 def rank_row(st: RankState, now: float) -> dict:
-    """One worker-table row, as plain data (the widget and the picture share it)."""
+    """One worker-table row, as plain data (the browser and the final picture share it)."""
     h = st.health  # a HealthSample, or None before the first
-    quiet = None
-    if st.last_seen is not None:
-        quiet = now - st.last_seen
-    gpu = None
-    if h is not None and (h.gpu_util is not None or h.gpu_mem is not None):
-        mem = (h.gpu_mem or 0) / 2**20
-        gpu = f"{_fmt(h.gpu_util, '.0f', '?')}% {mem:.0f}MB"
+    loss: Any = st.nonfinite if st.nonfinite is not None else _num(st.loss)
     return {
         "rank": st.rank,
-        "host": st.host,
+        "host": st.host or "",
         "state": st.state,
         "step": st.step,
-        "loss": st.loss if st.nonfinite is None else float(st.nonfinite),
-        "step_time": st.step_time,
-        "cpu": h and h.cpu,
-        "rss": h and h.rss,
-        "gpu": gpu,
-        "comm_share": h and h.comm_share,
-        "quiet": quiet,
+        "loss": loss,
+        "step_ms": _num(st.step_time and st.step_time * 1000),
+        "cpu": _num(h and h.cpu),
+        "rss_mb": _num(h and h.rss and h.rss / 2**20),
+        "gpu_util": _num(h and h.gpu_util),
+        "gpu_mb": _num(h and h.gpu_mem and h.gpu_mem / 2**20),
+        "comm": _num(h and h.comm_share is not None and h.comm_share * 100),
+        # whole seconds: a row is sent again when something a person would notice changed
+        "quiet": None if st.last_seen is None else round(max(0.0, now - st.last_seen)),
     }
 
 
-def _cells(row: dict) -> list[str]:
-    return [
-        str(row["rank"]),
-        row["host"] or "?",
-        row["state"],
-        _fmt(row["step"], "d"),
-        _fmt(row["loss"]),
-        _fmt(row["step_time"] and row["step_time"] * 1000, ".0f"),
-        _fmt(row["cpu"], ".0f"),
-        _fmt(row["rss"] and row["rss"] / 2**20, ".0f"),
-        row["gpu"] or "-",
-        _fmt(row["comm_share"] and row["comm_share"] * 100, ".0f"),
-        _fmt(row["quiet"], ".1f"),
-    ]
+def event_dict(e: RunEvent) -> dict:
+    return {"time": e.time, "kind": str(e.kind), "rank": e.rank, "message": str(e.message or "")}
 
 
 class Dashboard:
-    """The widget of one run. ``update()`` redraws it from a Collector; ``finish()`` freezes it."""
+    """The state of one run's dashboard, and what of it the browser has not seen yet.
+
+    ``show()`` puts the widget under the cell; ``update()`` (every ``ui_interval``) sends what
+    changed; ``finish()`` sends the rest, refreshes the history and adds the static picture.
+    """
 
     def __init__(self, title: str, cfg: TelemetryConfig | None = None):
         self.cfg = cfg or TelemetryConfig()
         self.title = title
-        self.header = w.HTML()
-        self.progress = w.IntProgress(
-            value=0, min=0, max=1, bar_style="info", layout=w.Layout(width="40%")
-        )
-        self.status = w.Label()
-        self.alert = w.HTML()
-        # hidden until the first chart is drawn (an empty Image shows as a broken picture)
-        self.chart = w.Image(format="png", layout=w.Layout(max_width="100%", display="none"))
-        self.table = w.HTML()
-        self.logs = w.Textarea(disabled=True, layout=w.Layout(width="100%", height="8em"))
-        self.events_box = w.HTML()
-        self.widget = w.VBox(
-            [
-                self.header,
-                w.HBox([self.progress, self.status]),
-                self.alert,
-                self.chart,
-                self.table,
-                w.Label("last lines of each rank's output"),
-                self.logs,
-                self.events_box,
-            ]
-        )
-        self.rows: list[dict] = []  # the table, as data
-        self.throughput: tuple[list, list] = ([], [])  # (seconds since start, samples/s)
-        self.updates = 0
-        self.redraws = 0
+        self.widget = None
         self._handle = None
-        self._last_chart = 0.0
-        self._drawn_records = -1
-        # Charts are drawn off the kernel's main thread (100+ ms each), then shown by update().
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="nbdist-chart")
-        self._pending: Future | None = self._pool.submit(warm_up)
+        self.seq = 0
+        self.updates = 0
+        self.sent_bytes = 0  # what the kernel sent the browser (the benchmark reads it)
+        self.rate = Curve(2000)  # (seconds since start, samples/s), from the first figure on
+        self._loss_out: dict[int, Outbox] = {}
+        self._mean_out = Outbox()
+        self._rate_out = Outbox()
+        self._rows: dict[int, dict] = {}
+        self._rows_sent: dict[int, dict] = {}
+        self._events_sent = 0
+        self._logs_sent: dict[int, tuple] = {}
+        self._last_history = 0.0
+        self._records_seen = 0
+        self.rows: list[dict] = []  # the latest table, as data
 
-    # -- display ----------------------------------------------------------------------------
-    def show(self) -> None:
-        """Put the widget under the running cell."""
+    # -- feeding: called by the monitor as records arrive -------------------------------------
+    def add_records(self, rank: int, recs: list[MetricRecord]) -> None:
+        """New metric records of ``rank``: their finite losses go out with the next update."""
+        out = self._loss_out.get(rank)
+        if out is None:
+            out = self._loss_out[rank] = Outbox()
+        for rec in recs:
+            if rec.step is not None and _num(rec.loss) is not None:
+                out.add(rec.step, rec.loss)
+
+    def add_mean(self, step: int, value: float) -> None:
+        """A newly settled point of the mean loss."""
+        self._mean_out.add(step, value)
+
+    # -- display ------------------------------------------------------------------------------
+    def show(self, col: Collector) -> None:
+        """Put the widget under the running cell, starting from what ``col`` already holds."""
         from IPython.display import display
 
+        from .widget import DashboardWidget
+
+        self.widget = DashboardWidget()
+        self._refresh_history(col, [], "running", col.clock())
         self._handle = display(self._bundle(), raw=True, display_id=True)
 
     def _bundle(self, png: bytes | None = None) -> dict:
-        data = dict(self.widget._repr_mimebundle_() or {})
+        data: dict = {}
+        if self.widget is not None:
+            bundle = self.widget._repr_mimebundle_() or {}  # anywidget: (data, metadata)
+            data = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
         data["text/plain"] = f"nbdist dashboard: {self.title}"
         if png is not None:
             data["image/png"] = base64.b64encode(png).decode("ascii")
         return data
 
-    # -- drawing ----------------------------------------------------------------------------
+    # -- updating -----------------------------------------------------------------------------
     def update(
         self, col: Collector, events: list[RunEvent], status: str, final: bool = False
     ) -> None:
-        """Show the collector's state: numbers every call, charts and tables when due.
-        ``status``: the run's (running, recovering, or how it ended)."""
+        """Send the browser what changed since the last update (nothing, if nothing did)."""
         now = col.clock()
         self.updates += 1
-        done, total = col.done(), col.total
-        elapsed = now - col.started
-        self.header.value = (
-            f"<b>{html.escape(self.title)}</b> &middot; {html.escape(status)} &middot; "
-            f"{len(col.ranks)} ranks &middot; {_fmt_secs(elapsed)} elapsed"
-        )
-        if total:
-            self.progress.max = total
-            self.progress.value = min(done or 0, total)
-        elif done:
-            self.progress.max = max(self.progress.max, done)
-            self.progress.value = done
-        self.progress.bar_style = {"ok": "success", "running": "info", "recovering": "warning"}.get(
-            status, "danger"
-        )
         rate = col.samples_per_s()
-        parts = [f"step {done if done is not None else '-'}" + (f" / {total}" if total else "")]
-        if total and done is not None:
-            parts.append(f"{100 * min(done, total) / total:.0f}%")
-            if status == "running":
-                parts.append(f"ETA {_fmt_secs(col.eta())}")
-        if rate is not None:
-            parts.append(f"{rate:,.0f} samples/s")
-        mean = col.mean_loss()
-        if mean is not None:
-            parts.append(f"mean loss {mean:.4g}")
-        self.status.value = " · ".join(parts)
-        bad = [st for st in col.ranks.values() if st.nonfinite]
-        self.alert.value = "".join(
-            f'<div style="color:white;background:#c62828;padding:2px 6px">loss is '
-            f"{html.escape(st.nonfinite)} on rank {st.rank}</div>"
-            for st in bad
-        )
-        self._take_chart()
-        if final or now - self._last_chart >= self.cfg.chart_interval:
-            self._last_chart = now
-            if rate is not None or not self.throughput[0]:
-                self.throughput[0].append(elapsed)
-                self.throughput[1].append(rate or 0.0)
-            self._slow_parts(col, events, now, final)
+        if rate is not None and col.records != self._records_seen:  # a new figure, not a repeat
+            self._records_seen = col.records
+            self.rate.add(round(now - col.started, 3), rate)
+            self._rate_out.add(round(now - col.started, 3), rate)
+        self.rows = [rank_row(st, now) for _, st in sorted(col.ranks.items())]
+        self._rows = {row["rank"]: row for row in self.rows}
+        if self.widget is None:
+            return
+        self.widget.head = self._head(col, status, now, rate)
+        if final or now - self._last_history >= _HISTORY_EVERY:
+            self._refresh_history(col, events, status, now)
+            return
+        delta = self._delta(col, events)
+        if delta:
+            self.seq += 1
+            delta.update(kind="delta", seq=self.seq)
+            self.widget.send(delta)
+            self.sent_bytes += _size(delta)
 
-    def _slow_parts(self, col: Collector, events: list[RunEvent], now: float, final: bool) -> None:
-        self.rows = [rank_row(st, now) for st in sorted(col.ranks.values(), key=lambda s: s.rank)]
-        self.table.value = self._table_html()
-        self.logs.value = "\n".join(
-            f"[rank {st.rank}] {line}"
-            for st in sorted(col.ranks.values(), key=lambda s: s.rank)
-            for line in st.log
-        )
-        self.events_box.value = "".join(
-            f'<div><span style="color:{_EVENT_COLOURS.get(e.kind, "#555")}">'
-            f"{time.strftime('%H:%M:%S', time.localtime(e.time))} "
-            f"{html.escape(str(e.kind))}</span>"
-            f"{html.escape(' rank ' + str(e.rank) if e.rank is not None else '')}: "
-            f"{html.escape(str(e.message or ''))}</div>"
-            for e in events[-12:]
-        )
-        self._take_chart(wait=final)
-        if col.records != self._drawn_records or final:
-            data = self._chart_data(col)
-            self._drawn_records = col.records
-            if final:
-                self._set_chart(render_chart(data))
-            elif self._pending is None:
-                self._pending = self._pool.submit(render_chart, data)
-
-    def _take_chart(self, wait: bool = False) -> None:
-        """Show the chart drawn in the background, if it is ready."""
-        f = self._pending
-        if f is not None and (wait or f.done()):
-            self._pending = None
-            png = f.result()
-            if png:
-                self._set_chart(png)
-
-    def _set_chart(self, png: bytes) -> None:
-        self.chart.value = png
-        self.chart.layout.display = None
-        self.redraws += 1
-
-    def _chart_data(self, col: Collector) -> dict:
-        """A copy of what the charts show, for the drawing thread."""
-        mean = col.mean_series()
+    def _head(self, col: Collector, status: str, now: float, rate: float | None) -> dict:
+        done, total = col.done(), col.total
         return {
-            "ranks": [
-                (st.rank, list(st.losses.steps), list(st.losses.values))
-                for st in sorted(col.ranks.values(), key=lambda s: s.rank)
-            ],
-            "mean": (list(mean.steps), list(mean.values)),
-            "rate": (list(self.throughput[0]), list(self.throughput[1])),
+            "title": self.title,
+            "status": status,
+            "step": done,
+            "done": done,
+            "total": total,
+            "eta": _num(col.eta()) if status == "running" else None,
+            "rate": _num(rate),
+            "mean_loss": _num(col.mean_loss()),
+            "elapsed": round(now - col.started, 1),
+            "ranks": len(col.ranks),
         }
 
-    def _table_html(self) -> str:
-        head = "".join(f"<th style='padding:0 6px'>{c}</th>" for c in _COLUMNS)
-        body = []
-        for row in self.rows:
-            tds = []
-            for i, cell in enumerate(_cells(row)):
-                style = "padding:0 6px"
-                if i == 2:
-                    style += f";color:white;background:{COLOURS.get(row['state'], '#555')}"
-                tds.append(f"<td style='{style}'>{html.escape(cell)}</td>")
-            body.append("<tr>" + "".join(tds) + "</tr>")
-        return (
-            f"<table style='font-family:monospace;font-size:12px'><tr>{head}</tr>"
-            + "".join(body)
-            + "</table>"
-        )
-
-    # -- pictures ---------------------------------------------------------------------------
-    def chart_png(self, col: Collector) -> bytes:
-        """The loss and throughput charts, as PNG bytes."""
-        return render_chart(self._chart_data(col))
-
-    def picture(self, col: Collector, events: list[RunEvent], status: str) -> bytes:
-        """The whole dashboard as one static PNG: for renderers that cannot show widgets."""
-        from matplotlib.figure import Figure
-
-        rows = self.rows[:_TABLE_ROWS_PNG]
-        more = len(self.rows) - len(rows)
-        height = 3.4 + 0.22 * (len(rows) + 1) + 0.2 * (min(len(events), 5) + bool(more)) + 0.5
-        fig = Figure(figsize=(9, height), dpi=80)
-        top = 1 - 0.55 / height
-        fig.text(0.01, 1 - 0.25 / height, f"{self.title} · {status}", weight="bold", fontsize=11)
-        fig.text(0.01, top, self.status.value, fontsize=9)
-        chart_h = 2.6 / height
-        loss_ax = fig.add_axes((0.07, top - chart_h - 0.05 / height, 0.55, chart_h - 0.3 / height))
-        rate_ax = fig.add_axes((0.72, top - chart_h - 0.05 / height, 0.26, chart_h - 0.3 / height))
-        plot(self._chart_data(col), loss_ax, rate_ax)
-        table_top = top - chart_h - 0.35 / height
-        table_h = 0.22 * (len(rows) + 1) / height
+    def _delta(self, col: Collector, events: list[RunEvent]) -> dict:
+        out: dict[str, Any] = {}
+        loss = {r: pts for r, box in self._loss_out.items() if (pts := box.take())}
+        if loss:
+            out["loss"] = {str(r): [xs, ys] for r, (xs, ys) in loss.items()}
+        for key, box in (("mean", self._mean_out), ("rate", self._rate_out)):
+            pts = box.take()
+            if pts:
+                out[key] = list(pts)
+        rows = [row for r, row in self._rows.items() if self._rows_sent.get(r) != row]
         if rows:
-            tab_ax = fig.add_axes((0.01, table_top - table_h, 0.98, table_h))
-            tab_ax.axis("off")
-            cells = [_cells(r) for r in rows]
-            table = tab_ax.table(
-                cellText=cells,
-                colLabels=list(_COLUMNS),
-                loc="upper left",
-                cellLoc="left",
-                bbox=(0, 0, 1, 1),
-            )
-            table.auto_set_font_size(False)
-            table.set_fontsize(7.5)
-            for i, r in enumerate(rows, start=1):
-                cell = table[i, 2]
-                cell.set_facecolor(COLOURS.get(r["state"], "#555"))
-                cell.get_text().set_color("white")
-        y = table_top - table_h - 0.25 / height
-        if more:
-            fig.text(0.01, y, f"... and {more} more ranks", fontsize=8)
-            y -= 0.2 / height
-        for e in events[-5:]:
-            rank = f" rank {e.rank}" if e.rank is not None else ""
-            fig.text(
-                0.01,
-                y,
-                f"{e.kind}{rank}: {e.message}"[:140],
-                fontsize=8,
-                color=_EVENT_COLOURS.get(e.kind, "#333"),
-            )
-            y -= 0.2 / height
-        return figure_png(fig)
+            out["rows"] = rows
+            self._rows_sent.update({row["rank"]: row for row in rows})
+        if len(events) > self._events_sent:
+            out["events"] = [event_dict(e) for e in events[self._events_sent :]]
+            self._events_sent = len(events)
+        logs = {}
+        for r, st in col.ranks.items():
+            tail = tuple(st.log)
+            if tail and self._logs_sent.get(r) != tail:
+                logs[str(r)] = list(tail)
+                self._logs_sent[r] = tail
+        if logs:
+            out["logs"] = logs
+        return out
 
+    def _refresh_history(self, col: Collector, events: list[RunEvent], status: str, now: float):
+        """Everything so far, decimated: where a view that appears now starts."""
+        self._last_history = now
+        for box in (*self._loss_out.values(), self._mean_out, self._rate_out):
+            box.take()  # in the history now
+        self._rows_sent = dict(self._rows)
+        self._events_sent = len(events)
+        self._logs_sent = {r: tuple(st.log) for r, st in col.ranks.items()}
+        per_rank = max(50, _HISTORY_POINTS // max(1, len(col.ranks)))
+        self.seq += 1
+        history = {
+            "kind": "history",
+            "seq": self.seq,
+            "loss": {
+                str(r): _decimated(st.losses, per_rank) for r, st in sorted(col.ranks.items())
+            },
+            "mean": _decimated(col.mean, 2000),
+            "rate": _decimated(self.rate, 1000),
+            "rows": self.rows,
+            "events": [event_dict(e) for e in events[-_EVENTS_KEPT:]],
+            "logs": {str(r): list(st.log) for r, st in col.ranks.items()},
+        }
+        if self.widget is not None:
+            self.widget.history = history
+            self.sent_bytes += _size(history)
+
+    # -- the end ------------------------------------------------------------------------------
     def finish(self, col: Collector, events: list[RunEvent], status: str) -> bytes:
         """Final update; the output keeps the live widget and gains a static picture of it."""
+        from . import charts
+
         self.update(col, events, status, final=True)
-        png = self.picture(col, events, status)
-        self._pool.shutdown(wait=False)
+        png = charts.dashboard_picture(
+            title=f"{self.title} · {status}",
+            summary=_summary_line(self.widget.head if self.widget else {}),
+            ranks=[(r, st.losses.x, st.losses.y) for r, st in sorted(col.ranks.items())],
+            mean=(col.mean.x, col.mean.y),
+            rate=(self.rate.x, self.rate.y),
+            rows=self.rows,
+            events=[(e.kind, e.rank, e.message) for e in events[-5:]],
+        )
         if self._handle is not None:
             self._handle.update(self._bundle(png), raw=True)
         return png
+
+
+def _decimated(curve: Curve, points: int) -> list:
+    """``[xs, ys, stride]`` of ``curve``, cut to about ``points`` points; ``stride``: raw points
+    per bucket at that resolution, so the browser goes on adding points at the same one."""
+    xs, ys = minmax(curve.x, curve.y, max(1, points // 2))
+    factor = max(1, round(len(curve) / max(1, len(xs))))
+    return [xs, ys, curve.stride * factor]
+
+
+def _size(msg: dict) -> int:
+    import json
+
+    return len(json.dumps(msg, separators=(",", ":")))
+
+
+def _summary_line(head: dict) -> str:
+    parts = []
+    if head.get("step") is not None:
+        total = head.get("total")
+        parts.append(f"step {head['step']}" + (f" / {total}" if total else ""))
+    if head.get("rate") is not None:
+        parts.append(f"{head['rate']:,.0f} samples/s")
+    if head.get("mean_loss") is not None:
+        parts.append(f"mean loss {head['mean_loss']:.4g}")
+    parts.append(f"{head.get('elapsed', 0):.0f} s")
+    return " · ".join(parts)

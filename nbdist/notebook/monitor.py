@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import CellOptions, TelemetryConfig
 from ..errors import DistributedCellError, RankFailure, UsageError
+from ..telemetry import events as ev
 from ..telemetry.events import MetricRecord, RunEvent, WorkerHealth
 from ..telemetry.store import RunStore
 from ..telemetry.writer import StoreWriter
@@ -74,6 +75,7 @@ class RunMonitor:
         self.collector = Collector(ranks, self.cfg, total=total)
         self.collector.on_records = self._on_records
         self.collector.on_event = self._record
+        self.collector.on_mean = self._on_mean
         self.name = name
         self.phase = Phase.STARTING
         self.status = "running"  # what the dashboard shows: running, recovering, then the end
@@ -87,7 +89,6 @@ class RunMonitor:
         self.poll_seconds: list[float] = []  # time spent in each poll (for the benchmark)
         self._last_ui = 0.0
         self._last_health_write = 0.0
-        self._tb_mean = -1  # the last mean-loss step written to TensorBoard
         self._warned = False
         self.tb = _tensorboard(tensorboard) if tensorboard else None
         self.writer = StoreWriter(store or RunStore(), self.cfg.store_interval)
@@ -146,6 +147,7 @@ class RunMonitor:
             if st.outcome is None:
                 st.outcome = "ok" if status == "ok" else "failed"
         col.update_states()
+        col.settle_mean(final=True)
         self.on_event(
             "finished" if status == "ok" else status,
             None,
@@ -159,7 +161,7 @@ class RunMonitor:
             self._note_latency()
         self._write_health(force=True)
         if self.run_id is not None:
-            self.writer.update_run(self.run_id, **self._summary(final=True))
+            self.writer.update_run(self.run_id, **self._summary())
             self.writer.end_run(self.run_id, status, failures or [])
         self.writer.close()
         if self.tb is not None:
@@ -172,12 +174,19 @@ class RunMonitor:
         t0 = time.perf_counter()
         col = self.collector
         col.poll(ranks)
+        # A rank that just died is judged, written and flushed at once, whatever the pace of
+        # updates: the cell may end before the next one, and the sidebar shows it within 1 s.
+        if any(st.outcome == "died" and st.state != ev.DEAD for st in col.ranks.values()):
+            col.update_states()
+            self._write_health(force=True)
+            self.writer.flush_soon()
         if self._show_early and self.dashboard is None:
             self._show()
         now = col.clock()
         if now - self._last_ui >= self.cfg.ui_interval:
             self._last_ui = now
             col.update_states()
+            col.settle_mean()
             if self.dashboard is None and self.want_dashboard and col.records:
                 self._show()
             if self.dashboard is not None:
@@ -223,7 +232,7 @@ class RunMonitor:
 
         title = f"nbdist run {self.run_id}" if self.run_id is not None else "nbdist run"
         self.dashboard = Dashboard(title + (f" ({self.name})" if self.name else ""), self.cfg)
-        self.dashboard.show()
+        self.dashboard.show(self.collector)
 
     def _note_latency(self) -> None:
         col = self.collector
@@ -250,6 +259,8 @@ class RunMonitor:
             )
 
     def _on_records(self, rank: int, recs: list[MetricRecord]) -> None:
+        if self.dashboard is not None:
+            self.dashboard.add_records(rank, recs)
         if self.run_id is not None:
             self.writer.add_metrics(self.run_id, rank, recs)
         if self.tb is not None:
@@ -260,6 +271,13 @@ class RunMonitor:
                     self.tb.add_scalar(f"loss/rank{rank}", rec.loss, rec.step, walltime=rec.time)
                 for k, v in (rec.extra or {}).items():
                     self.tb.add_scalar(f"{k}/rank{rank}", v, rec.step, walltime=rec.time)
+
+    def _on_mean(self, step: int, value: float) -> None:
+        """A newly settled point of the mean loss over ranks."""
+        if self.dashboard is not None:
+            self.dashboard.add_mean(step, value)
+        if self.tb is not None:
+            self.tb.add_scalar("loss/mean", value, step)
 
     def _write_health(self, force: bool = False) -> None:
         now = time.time()
@@ -288,23 +306,17 @@ class RunMonitor:
         self.writer.put_health(self.run_id, rows)
         self.writer.update_run(self.run_id, **self._summary())
         if self.tb is not None:
-            mean = self.collector.mean_series()
-            for s, v in zip(mean.steps, mean.values, strict=True):
-                if s > self._tb_mean:
-                    self.tb.add_scalar("loss/mean", v, s)
-            self._tb_mean = max(mean.steps, default=self._tb_mean)
             rate = self.collector.samples_per_s()
             if rate is not None:
                 self.tb.add_scalar("samples_per_s", rate, self.collector.done() or 0)
 
-    def _summary(self, final: bool = False) -> dict:
+    def _summary(self) -> dict:
         col = self.collector
         out = {"step": col.done(), "samples_per_s": col.samples_per_s()}
         if col.total:
             out["total"] = col.total
         bad = [st for st in col.ranks.values() if st.nonfinite]
-        mean = col.mean_series(final=final).values
-        loss = float(bad[0].nonfinite) if bad else (mean[-1] if mean else None)
+        loss = float(bad[0].nonfinite) if bad else col.mean_loss()
         if loss is not None:
             out["loss"] = loss
         return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,9 @@ from . import fanout
 from .observers import RunObserver
 from .transfer import unpack
 
-_POLL = 0.02  # seconds between looks at the ranks: output latency, not CPU, is what it costs
+_POLL = 0.02  # seconds between looks at the ranks while output flows (what a person sees)
+_IDLE_POLL = 0.1  # ...and otherwise: telemetry is read this often, for 0.25 s dashboard updates
+_ACTIVE_FOR = 1.0  # seconds after the last news that count as "flowing"
 _OUTPUT_WAIT = 2.0  # seconds to wait for a finished rank's last output to arrive
 _SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # engines' text is text
 
@@ -88,6 +91,9 @@ class CellRun:
         self.observers = list(observers or ())
         ranks = list(opts.ranks) if opts.ranks is not None else [s.rank for s in cluster.slots]
         self.main_rank = ranks[0]
+        self._wake = threading.Event()  # set when a rank's reply arrives
+        self._news = True
+        self._quiet_since = time.monotonic()
         self.ranks: dict[int, RankRun] = {}
         for r in ranks:
             slot = cluster.slots[r]
@@ -100,6 +106,7 @@ class CellRun:
                 group_timeout=cluster.cfg.group_timeout,
             )
             ar = fanout.submit(cluster.client, {r: slot.engine_id}, api.run_cell, request)[r]
+            ar.add_done_callback(lambda _: self._wake.set())  # from ipyparallel's IO thread
             self.ranks[r] = RankRun(r, slot.engine_id, slot.pid, ar)
 
     # -- output ---------------------------------------------------------------------------
@@ -112,6 +119,8 @@ class CellRun:
             text = md.get(name, "")
             new = text[rk.shown[name] :]
             rk.shown[name] = len(text)
+            if new:
+                self._news = True
             if not new and not final:
                 continue
             buf = rk.partial[name] + new
@@ -202,6 +211,15 @@ class CellRun:
         for obs in self.observers:
             obs.on_poll(self.ranks)
 
+    def _pause(self, now: float) -> None:
+        """Wait for the next look: short while output flows, longer otherwise; a rank's reply
+        (done, failed) ends the wait at once, so a failure is acted on without delay."""
+        if self._news:
+            self._news, self._quiet_since = False, now
+        busy = now - self._quiet_since < _ACTIVE_FOR
+        self._wake.wait(_POLL if busy else _IDLE_POLL)
+        self._wake.clear()
+
     def wait(self) -> CellReport:
         """Watch the cell to its end and say how it went."""
         report = CellReport()
@@ -222,7 +240,7 @@ class CellRun:
                     timed_out = True
                     self._stop_running(report)
                 else:
-                    time.sleep(_POLL)
+                    self._pause(now)
         except KeyboardInterrupt:
             report.interrupted = True
             self._stop_running(report)

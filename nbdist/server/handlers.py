@@ -10,19 +10,36 @@
     GET    runs/ID/events                 its events, oldest first
 
 Errors are JSON ``{"message": ...}``, one line that names the problem and the fix.
+
+The run store is read on a small pool of threads (``_READERS``), never on the server's event
+loop: while a run is live the sidebar polls its health and metrics four times a second, and a
+read that waits on the kernel's writer must not hold up every other request of the server.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
+from tornado.ioloop import IOLoop
 
+from ..telemetry.store import RunStore
 from .clusters import ClusterError, Clusters, parse_count
 
 _SETTINGS_KEY = "nbdist"
+_READERS: ThreadPoolExecutor | None = None  # the run store's readers, one pool per process
+
+
+def _readers() -> ThreadPoolExecutor:
+    global _READERS
+    if _READERS is None:
+        _READERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nbdist-store")
+    return _READERS
 
 
 class _Base(APIHandler):
@@ -31,11 +48,9 @@ class _Base(APIHandler):
         return self.settings[_SETTINGS_KEY]["clusters"]
 
     @property
-    def store(self):
+    def store(self) -> RunStore:
         state = self.settings[_SETTINGS_KEY]
         if state.get("store") is None:
-            from ..telemetry.store import RunStore
-
             state["store"] = RunStore()
         return state["store"]
 
@@ -51,14 +66,9 @@ class _Base(APIHandler):
             )
         return value
 
-    def _run(self, run_id: str) -> dict:
-        """The run ``run_id`` or a 404 that says what a run id looks like."""
-        run = self.store.get_run(int(run_id)) if run_id.isdigit() else None
-        if run is None:
-            raise tornado.web.HTTPError(
-                404, f"no run {run_id!r}: run ids are the numbers GET /nbdist/api/runs lists"
-            )
-        return run
+    async def _read(self, read: Callable[..., Any], *args: Any) -> Any:
+        """``read(store, *args)`` on a reader thread (an HTTPError it raises reaches tornado)."""
+        return await IOLoop.current().run_in_executor(_readers(), read, self.store, *args)
 
     def _send(self, data: dict, status: int = 200) -> None:
         self.set_status(status)
@@ -96,38 +106,47 @@ class ClusterHandler(_Base):
 
 class RunsHandler(_Base):
     @tornado.web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         limit = self._int_arg("limit", 100, 1, 1000)
-        self._send({"runs": self.store.list_runs(limit=limit)})
+        self._send({"runs": await self._read(RunStore.list_runs, limit)})
 
 
 class RunHandler(_Base):
     @tornado.web.authenticated
-    def get(self, run_id: str) -> None:
-        self._send({"run": self._run(run_id)})
+    async def get(self, run_id: str) -> None:
+        self._send({"run": await self._read(_run, run_id)})
 
 
 class MetricsHandler(_Base):
     @tornado.web.authenticated
-    def get(self, run_id: str) -> None:
-        run = self._run(run_id)
+    async def get(self, run_id: str) -> None:
         since = self._int_arg("since_id", 0, 0, 2**62)
-        rows = self.store.metrics(run["id"], since_id=since)
+        rows = await self._read(lambda store: store.metrics(_run(store, run_id)["id"], since))
         self._send({"metrics": rows, "last_id": rows[-1]["id"] if rows else since})
 
 
 class HealthHandler(_Base):
     @tornado.web.authenticated
-    def get(self, run_id: str) -> None:
-        run = self._run(run_id)
-        self._send({"workers": self.store.health(run["id"])})
+    async def get(self, run_id: str) -> None:
+        workers = await self._read(lambda store: store.health(_run(store, run_id)["id"]))
+        self._send({"workers": workers})
 
 
 class EventsHandler(_Base):
     @tornado.web.authenticated
-    def get(self, run_id: str) -> None:
-        run = self._run(run_id)
-        self._send({"events": self.store.events(run["id"])})
+    async def get(self, run_id: str) -> None:
+        events = await self._read(lambda store: store.events(_run(store, run_id)["id"]))
+        self._send({"events": events})
+
+
+def _run(store: RunStore, run_id: str) -> dict:
+    """The run ``run_id`` or a 404 that says what a run id looks like."""
+    run = store.get_run(int(run_id)) if run_id.isdigit() else None
+    if run is None:
+        raise tornado.web.HTTPError(
+            404, f"no run {run_id!r}: run ids are the numbers GET /nbdist/api/runs lists"
+        )
+    return run
 
 
 _ID = r"(?P<{}>[^/]+)"

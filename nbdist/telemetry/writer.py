@@ -3,9 +3,10 @@
 The kernel's main thread calls the typed methods (``add_metrics``, ``put_health``,
 ``add_events``, ``update_run``, ``end_run``, ``delete_run``); each queues its work, and every
 ``interval`` the thread writes what is queued, in order, merging consecutive appends to one table
-into one transaction. When the store cannot be written (a read-only directory, a full disk),
-``error`` says why and every later write is dropped: the caller shows one warning and the run
-goes on.
+into one transaction. ``flush_soon()`` has it write at once, for news that must not wait (a rank
+died: the sidebar shows it within a second). When the store cannot be written (a read-only
+directory, a full disk), ``error`` says why and every later write is dropped: the caller shows
+one warning and the run goes on.
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ class StoreWriter:
         """Queue forgetting the run (one that never reached the engines)."""
         self._call(lambda store: store.delete_run(run_id))
 
+    def flush_soon(self) -> None:
+        """Wake the thread to write what is queued now, without waiting for ``interval``."""
+        self._wake.set()
+
     def _append(
         self, write: Callable[[RunStore, int, list], None], run_id: int, rows: list
     ) -> None:
@@ -95,6 +100,7 @@ class StoreWriter:
     def _loop(self) -> None:
         while not self._stop:
             self._wake.wait(self.interval)
+            self._wake.clear()  # before writing: a later flush_soon() wakes the next wait
             self._flush()
         self._flush()
 

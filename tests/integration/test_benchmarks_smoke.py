@@ -65,6 +65,8 @@ def test_whole_harness_runs_tiny():
         "start: %nbdist start -n 2 / ipyparallel + hand-made group",
         "train mlp: %%distributed / torchrun",
         "train cnn: %%distributed / torchrun",
+        "report() every step + dashboard / silent",
+        "silent %%distributed / torchrun, same loop",
     ):
         line = next((ln for ln in out.splitlines() if row in ln), None)
         assert line is not None, f"no row {row!r} in:\n{out}"

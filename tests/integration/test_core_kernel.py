@@ -255,6 +255,24 @@ def test_kernel_crash_leaves_no_process_behind():
     k.km.cleanup_resources()
 
 
+def test_an_engine_wedged_holding_the_gil_still_leaves_with_a_crashed_kernel(tmp_path):
+    """An engine stuck in C code that holds the GIL (as a deadlocked collective's destructor
+    does) cannot run its watcher thread: the operating system ends it (PR_SET_PDEATHSIG)."""
+    k = start_kernel()
+    k.ok("%nbdist start -n 1")
+    pids = k.descendants()
+    marker = tmp_path / "wedged"
+    k.kc.execute(  # not awaited: it never ends on its own
+        f"%%distributed\nimport ctypes\nopen({str(marker)!r}, 'w').close()\n"
+        "ctypes.PyDLL(None).sleep(600)  # a C call that keeps the GIL"
+    )
+    wait_until(marker.exists, 30, what="the engine to be wedged")
+    os.kill(k.pid, signal.SIGKILL)
+    assert_gone(pids, timeout=10)
+    k.kc.stop_channels()
+    k.km.cleanup_resources()
+
+
 def test_stop_and_kernel_shutdown_leave_nothing_behind():
     k = start_kernel()
     k.ok("%nbdist start -n 2")

@@ -9,55 +9,7 @@ import time
 
 import pytest
 
-from nbdist.config import TelemetryConfig
-from nbdist.notebook.collector import Collector
-from nbdist.notebook.dashboard import Dashboard
-from nbdist.telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
-
 WIDGET = "application/vnd.jupyter.widget-view+json"
-EVIL = "<img src=x onerror=alert(1)>"
-
-
-# -- without a kernel ----------------------------------------------------------------------------
-def _collector() -> Collector:
-    col = Collector([0, 1], TelemetryConfig())
-    now = time.time()
-    for r in (0, 1):
-        recs = [
-            MetricRecord(now - 1 + i * 0.1, i, 1.0 / (i + 1) + r, 16, 20, None) for i in range(10)
-        ]
-        col.ingest(
-            r,
-            Batch(
-                r, 1, now, recs, HealthSample(now, f"{EVIL}{r}", 100 + r, cpu=5.0, rss=2**20 * 100)
-            ),
-        )
-        col.ranks[r].log.extend([f"{EVIL} line {r}", "<script>alert(2)</script>"])
-    return col
-
-
-def test_engine_strings_are_shown_as_text_never_html():
-    col = _collector()
-    d = Dashboard(f"run {EVIL}")
-    events = [RunEvent(time.time(), "died", 1, EVIL, None)]
-    d.update(col, events, "running", final=True)
-    for html_widget in (d.header, d.table, d.events_box):
-        assert "<img" not in html_widget.value and "<script" not in html_widget.value
-    assert "&lt;img src=x onerror=alert(1)&gt;0" in d.table.value
-    assert "&lt;img" in d.events_box.value and "&lt;img" in d.header.value
-    assert f"[rank 0] {EVIL} line 0" in d.logs.value  # a Textarea: plain text, as written
-    assert d.progress.value == 10 and d.progress.max == 20
-    assert "step 10 / 20" in d.status.value and "50%" in d.status.value
-
-
-def test_the_static_picture_is_a_png_of_the_whole_board():
-    col = _collector()
-    d = Dashboard("run 1")
-    d.update(col, [], "ok", final=True)
-    png = d.picture(col, [RunEvent(time.time(), "nan", 1, "x", None)], "ok")
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert d.chart.value[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [r["state"] for r in d.rows] == ["ok", "ok"]
 
 
 # -- a real kernel -------------------------------------------------------------------------------
@@ -117,16 +69,19 @@ def test_training_cell_shows_a_live_dashboard_and_keeps_the_run(ready):
     assert _errors(msgs) == []
     shown = [m for m in msgs if m["msg_type"] == "display_data" and WIDGET in m["content"]["data"]]
     assert len(shown) == 1
-    # it changed while the cell ran, at least twice a second
-    label_updates = [
-        m["_at"]
+    # while the cell ran, the browser was sent what was new, several times a second
+    deltas = [
+        (m["_at"], m["content"]["data"]["content"])
         for m in msgs
-        if m["msg_type"] == "comm_msg"
-        and m["content"]["data"].get("method") == "update"
-        and "step " in str(m["content"]["data"].get("state", {}).get("value", ""))
+        if m["msg_type"] == "comm_msg" and m["content"]["data"].get("method") == "custom"
     ]
-    span = label_updates[-1] - label_updates[0]
-    assert len(label_updates) >= 2 * span >= 2 * 1.5, (len(label_updates), span)
+    span = deltas[-1][0] - deltas[0][0]
+    assert len(deltas) >= 2 * span >= 2 * 1.5, (len(deltas), span)
+    assert all(d["kind"] == "delta" for _, d in deltas)
+    seqs = [d["seq"] for _, d in deltas]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    sent_points = sum(len(d.get("loss", {}).get("1", [[]])[0]) for _, d in deltas)
+    assert 10 <= sent_points <= 40  # rank 1's 40 points, each sent once (the rest: history)
     # the final output keeps the widget and adds a picture of it
     final = [m for m in msgs if m["msg_type"] == "update_display_data"]
     assert len(final) == 1
@@ -136,14 +91,15 @@ def test_training_cell_shows_a_live_dashboard_and_keeps_the_run(ready):
 
     state = _value(
         k,
-        "(lambda d: (d.progress.value, d.progress.max, d.status.value, "
+        "(lambda d: (d.widget.head, "
         "[(r['rank'], r['step'], r['loss'], r['state']) for r in d.rows]))"
         "(_runs.last().dashboard)",
     )
-    value, maximum, status, rows = state
-    assert (value, maximum) == (40, 40) and status.startswith("step 40 / 40 · 100%")
+    head, rows = state
+    assert (head["step"], head["total"], head["status"]) == (40, 40, "ok")
     assert rows == [(0, 39, pytest.approx(1 / 40), "ok"), (1, 39, pytest.approx(2 / 40), "ok")]
-    assert "step 30 <b>bold?</b>" in _value(k, "_runs.last().dashboard.logs.value")
+    logs = _value(k, "_runs.last().dashboard.widget.history['logs']")
+    assert "step 30 <b>bold?</b>" in logs["0"]  # text, as printed: the browser sets textContent
 
     listing = _value(
         k,
@@ -217,7 +173,7 @@ def test_an_unwritable_store_warns_once_and_training_goes_on(ready, tmp_path):
     assert res.error is None and res.result == "7"
     assert res.stderr.count("nbdist: warning: the run store") == 1
     assert "training goes on" in res.stderr
-    assert _value(k, "_runs.last().dashboard.progress.value") == 8
+    assert _value(k, "_runs.last().dashboard.widget.head['step']") == 8
 
 
 def test_stop_on_nan_through_the_magic(ready):
@@ -234,7 +190,9 @@ for i in range(300):
         "DistributedCellError: rank 0: loss is not finite: loss is inf at step 3 "
         "(stopped by --stop-on-nan)"
     ]
-    assert "loss is inf on rank 0" in _value(ready, "_runs.last().dashboard.alert.value")
+    assert _value(ready, "_runs.last().dashboard.rows[0]['loss']") == "inf"
+    events = _value(ready, "[e['kind'] for e in _runs.last().dashboard.widget.history['events']]")
+    assert "nan" in events
     run = _value(
         ready,
         "(lambda r: (r['status'], r['nonfinite'], r['step'] < 300))"
@@ -252,7 +210,7 @@ def test_an_interrupted_run_is_kept_as_interrupted(ready):
     )
     assert res.error is not None and res.error["ename"] == "KeyboardInterrupt"
     assert _value(ready, "__import__('nbdist').runs(limit=1)[0]['status']") == "interrupted"
-    assert _value(ready, "_runs.last().dashboard.progress.bar_style") == "danger"
+    assert _value(ready, "_runs.last().dashboard.widget.head['status']") == "interrupted"
 
 
 # -- a real browser ------------------------------------------------------------------------------
@@ -273,28 +231,14 @@ def lab(tmp_path_factory):
     """A real ``jupyter lab`` on a free loopback port; its kernels keep records in a temp dir."""
     import json
     import os
-    import secrets
-    import socket
-    import subprocess
-    import sys
-    import urllib.request
 
-    import psutil
-    from conftest import assert_gone, wait_until
+    from lab import running_lab
 
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is absent: run scripts/install-system-deps.sh")
     pytest.importorskip("playwright.sync_api")
     base = tmp_path_factory.mktemp("dash-lab")
     root = base / "root"
-    root.mkdir()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    token = secrets.token_hex(16)
-    news = base / "settings" / "@jupyterlab" / "apputils-extension"
-    news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     cells = ["%load_ext nbdist\n%nbdist start -n 2", BROWSER_TRAIN, "%nbdist stop"]
     nb = {
         "cells": [
@@ -313,55 +257,9 @@ def lab(tmp_path_factory):
         "nbformat": 4,
         "nbformat_minor": 5,
     }
-    (root / "dash.ipynb").write_text(json.dumps(nb))
-    env = {**os.environ, "NBDIST_DATA_DIR": str(base / "data")}
-    log = open(base / "lab.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--allow-root",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
-            "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-            f"--LabApp.user_settings_dir={base / 'settings'}",
-            f"--LabApp.workspaces_dir={base / 'workspaces'}",
-            "--LabApp.expose_app_in_browser=True",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/"
-
-    def up():
-        assert proc.poll() is None, (base / "lab.log").read_text()[-3000:]
-        try:
-            req = urllib.request.Request(
-                url + "api/status", headers={"Authorization": f"token {token}"}
-            )
-            with urllib.request.urlopen(req, timeout=5):
-                return True
-        except OSError:
-            return False
-
-    try:
-        wait_until(up, 90, interval=0.25, what="jupyter lab to answer")
-        yield url, token, root
-    finally:
-        pids = [proc.pid] + [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        assert_gone(pids, timeout=30)
+    with running_lab(base, root, env={"NBDIST_DATA_DIR": str(base / "data")}) as lab:
+        (root / "dash.ipynb").write_text(json.dumps(nb))
+        yield lab.url, lab.token, root
 
 
 @pytest.mark.timeout(400)
@@ -392,28 +290,35 @@ def test_dashboard_in_a_real_browser(lab):
             )
             # not awaited: the command's promise settles only when every cell has run
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-            table = page.locator(".jupyter-widgets table:has-text('step ms')")
-            table.wait_for()
-            chart = page.locator(".jupyter-widgets img").first
-            page.wait_for_function(  # the step column (4th) has passed 40, the run goes on
-                "() => [...document.querySelectorAll('.jupyter-widgets table tr')].some(tr =>"
-                " tr.children.length > 3 && +tr.children[3].textContent >= 40)"
+            board = page.locator(".nbd-dashboard").first
+            board.wait_for()
+            page.wait_for_function(  # the curve has points and every rank has its row
+                "() => { const b = document.querySelector('.nbd-dashboard');"
+                " return b && +b.dataset.points >= 40 && b.dataset.ranks === '2'; }"
             )
-            assert "running" in page.locator(".jupyter-widgets").first.inner_text()
-            first = chart.get_attribute("src")
-            chart.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / "dashboard-live-1.png"), full_page=True)
+            assert board.get_attribute("data-status") == "running"
+            first = int(board.get_attribute("data-points"))
+            page.wait_for_function(  # the chart gains points while the cell runs
+                "n => +document.querySelector('.nbd-dashboard').dataset.points > n + 20", arg=first
+            )
+            rows = board.locator("tbody tr")
+            assert rows.count() == 2
+            assert [rows.nth(i).locator(".nbd-state").inner_text() for i in range(2)] == ["ok"] * 2
+            board.scroll_into_view_if_needed()
+            board.screenshot(path=str(ARTIFACTS / "dashboard-live-light.png"))
+            page.evaluate(
+                "window.jupyterapp.commands.execute('apputils:change-theme',"
+                " {theme: 'JupyterLab Dark'})"
+            )
+            # the board redraws its charts in the new colours and says so
+            page.wait_for_selector(".nbd-dashboard[data-theme='false']")
+            board.screenshot(path=str(ARTIFACTS / "dashboard-live-dark.png"))
             page.wait_for_function(
-                "s => document.querySelector('.jupyter-widgets img').src !== s", arg=first
-            )  # the curve moved
-            page.screenshot(path=str(ARTIFACTS / "dashboard-live-2.png"), full_page=True)
-            text = table.inner_text()
-            assert "ok" in text and text.count("\n") >= 2  # a header and a row per rank
-            page.locator(".jupyter-widgets:has-text('step 300 / 300')").first.wait_for(
-                timeout=120_000
+                "() => document.querySelector('.nbd-dashboard').dataset.status === 'ok'",
+                timeout=120_000,
             )
-            page.screenshot(path=str(ARTIFACTS / "dashboard-final.png"), full_page=True)
-            assert "100%" in page.locator(".jupyter-widgets").first.inner_text()
+            assert "step 300 / 300" in board.inner_text() and "100.0 %" in board.inner_text()
+            board.screenshot(path=str(ARTIFACTS / "dashboard-final-dark.png"))
             page.get_by_text("nbdist: cluster stopped").wait_for(timeout=60_000)
             page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
         finally:

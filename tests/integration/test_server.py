@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 
 import psutil
@@ -156,6 +157,32 @@ async def test_run_detail_metrics_health_events(jp_fetch, store):
 
     _, data = await fetch_json(jp_fetch, "runs", rid, "events")
     assert [(e["kind"], e["rank"]) for e in data["events"]] == [("died", 1)]
+
+
+async def test_store_reads_leave_the_server_free(jp_fetch, store, monkeypatch):
+    """The sidebar polls a live run four times a second: a read that waits (on the kernel's
+    writer, on a slow disk) runs on a reader thread and holds up no other request."""
+    entered, release = threading.Event(), threading.Event()
+    real = RunStore.health
+
+    def waiting_health(self, run_id):
+        entered.set()
+        assert release.wait(30), "the test never let the read go on"
+        return real(self, run_id)
+
+    monkeypatch.setattr(RunStore, "health", waiting_health)
+    pending = asyncio.ensure_future(fetch_json(jp_fetch, "runs", str(store["live"]), "health"))
+    try:
+        deadline = time.monotonic() + 30
+        while not entered.is_set():
+            assert time.monotonic() < deadline, "the health read never started"
+            await asyncio.sleep(0.01)
+        code, data = await fetch_json(jp_fetch, "runs")  # answered while health still waits
+        assert code == 200 and len(data["runs"]) == 2 and not pending.done()
+    finally:
+        release.set()
+    code, data = await pending
+    assert code == 200 and [w["state"] for w in data["workers"]] == ["ok", "dead"]
 
 
 async def test_runs_when_no_store_exists_yet(jp_fetch, data_dir):

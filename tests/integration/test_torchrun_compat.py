@@ -17,23 +17,36 @@ def _result(text: str) -> str:
     return found[0]
 
 
-def test_torchrun_script_runs_unchanged_and_agrees(kernel):
+def _under_torchrun() -> str:
+    """The script's output under torchrun itself (the baseline).
+
+    torchrun's own worker sometimes aborts at exit ("terminate called without an active
+    exception": the same gloo destructor race that nbdist works around on engines): that run
+    is repeated, up to twice; it says nothing about nbdist."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(SCRIPT)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    try:
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    for _ in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(SCRIPT)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if proc.returncode == 0 or "terminate called without an active exception" not in out:
+            break
     assert proc.returncode == 0, out
-    expected = _result(out)
+    return out
+
+
+def test_torchrun_script_runs_unchanged_and_agrees(kernel):
+    expected = _result(_under_torchrun())
 
     kernel.ok("%nbdist start -n 2")
     try:

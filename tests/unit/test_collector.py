@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import pytest
 
 from nbdist.config import CellOptions, TelemetryConfig
-from nbdist.notebook import dashboard as dashboard_mod
 from nbdist.notebook import monitor
 from nbdist.notebook.collector import Collector, RankState, classify
 from nbdist.notebook.observers import Phase, RunObserver
@@ -23,8 +22,14 @@ CFG = TelemetryConfig(silent_after=1.0, slow_factor=2.0)
 
 @pytest.fixture(autouse=True)
 def _no_display(monkeypatch):
-    """Dashboards are built and updated, but not displayed (no front end in this process)."""
-    monkeypatch.setattr(dashboard_mod.Dashboard, "show", lambda self: None)
+    """Dashboards are built and updated (their widgets too), but not displayed: no front end
+    in this process."""
+
+    class _Handle:
+        def update(self, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: _Handle())
 
 
 # -- verdicts: a pure function ------------------------------------------------------------------
@@ -78,9 +83,9 @@ def test_collector_folds_batches_and_flags_nan_at_once():
     assert col.total == 10 and col.done() == 5 and col.records == 10
     assert seen == [("nan", 1, "loss is nan at step 4")]
     assert col.ranks[1].nonfinite == "nan" and col.ranks[1].host == "h1"
-    mean = col.mean_series()
-    assert mean.steps == [0, 1, 2, 3, 4] and mean.values[0] == pytest.approx(1.5)
-    assert mean.values[4] == pytest.approx(0.2)  # the NaN is flagged, not averaged in
+    col.settle_mean(final=True)
+    assert col.mean.x == [0, 1, 2, 3, 4] and col.mean.y[0] == pytest.approx(1.5)
+    assert col.mean.y[4] == pytest.approx(0.2)  # the NaN is flagged, not averaged in
     assert col.samples_per_s() == pytest.approx(80 / 0.5)
 
 
@@ -181,12 +186,11 @@ def test_the_monitor_is_the_runs_observer_and_shows_its_phases(tmp_path):
         assert mon.dashboard is not None
         mon.on_event("failure", 0, "engine gone", {"cause": "died"})
         mon.on_phase(Phase.RUNNING, Phase.RECOVERING)
-        assert "recovering" in mon.dashboard.header.value
-        assert mon.dashboard.progress.bar_style == "warning"
+        assert mon.dashboard.widget.head["status"] == "recovering"
         mon.on_event("restart", None, "restart 1: resuming", {"restarts": 1})
         mon.on_phase(Phase.RECOVERING, Phase.RUNNING)
         mon.on_poll({0: rk})
-        assert "running" in mon.dashboard.header.value
+        assert mon.dashboard.widget.head["status"] == "running"
         mon.on_phase(Phase.RUNNING, Phase.FINISHED)
     kinds = [(e["kind"], e["rank"], e["message"], e["data"]) for e in store.events(mon.run_id)]
     assert kinds == [

@@ -278,6 +278,19 @@ def test_writer_keeps_the_order_of_appends_and_changes(tmp_path):
     assert s.get_run(rid)["failures"] == [{"rank": 0, "summary": "boom", "kind": "error"}]
 
 
+def test_flush_soon_writes_at_once_what_waits(tmp_path):
+    """A dead rank must reach the sidebar within a second: the monitor asks for a write now."""
+    from conftest import wait_until
+
+    s = RunStore(tmp_path / "runs.sqlite")
+    w = StoreWriter(s, interval=60)  # left alone, nothing is written for a minute
+    rid = w.start_run(name="urgent")
+    w.add_events(rid, [RunEvent(1.0, "died", 1, "its engine is gone", None)])
+    w.flush_soon()
+    wait_until(lambda: s.events(rid), 1.0, interval=0.01, what="the event in the store")
+    w.close()
+
+
 def test_unwritable_store_is_reported_once_and_nothing_raises(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

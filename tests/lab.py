@@ -1,0 +1,133 @@
+"""A real ``jupyter lab`` for the browser tests, in a process of its own.
+
+    from lab import running_lab
+
+    with running_lab(base, root, env={"NBDIST_DATA_DIR": ...}) as lab:
+        page.goto(lab.page_url("lab"))       # http://127.0.0.1:PORT/lab?token=...
+        lab.api("nbdist/api/runs")           # JSON from an endpoint, with the token
+
+The lab listens on a free loopback port with a token of its own, keeps its settings and
+workspaces under ``base`` (with JupyterLab's news toast turned off, so it never covers a
+screenshot) and serves ``root``. On leaving, the lab is stopped and every process it started
+(kernels included) must be gone within 30 s, or the test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+from conftest import assert_gone, wait_until
+
+#: Seconds a lab has to answer /api/status after it starts.
+START_TIMEOUT = 90.0
+
+
+@dataclass
+class Lab:
+    """A running lab: its base ``url`` (ending in /), ``token``, process and log file."""
+
+    url: str
+    token: str
+    proc: subprocess.Popen
+    log: Path
+
+    def api(self, path: str, method: str = "GET", body: Any = None, timeout: float = 10) -> Any:
+        """The JSON answer of ``path`` (relative to ``url``, e.g. ``"api/status"``)."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}"},
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read() or b"null")
+
+    def page_url(self, path: str = "lab") -> str:
+        """A browser address under the lab that logs in with the token."""
+        return f"{self.url}{path}?token={self.token}"
+
+
+@contextmanager
+def running_lab(base: Path, root: Path, env: Mapping[str, str] | None = None) -> Iterator[Lab]:
+    """Start ``jupyter lab`` serving ``root`` (settings under ``base``); stop it on leaving.
+
+    ``env`` is added to this process's environment for the lab (and so for its kernels).
+    """
+    base, root = Path(base), Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    news = base / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True, exist_ok=True)  # no "get notified about news?" toast
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    token, port = secrets.token_hex(16), _free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--allow-root",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={base / 'settings'}",
+        f"--LabApp.workspaces_dir={base / 'workspaces'}",
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp, for commands (themes)
+    ]
+    log_path = base / "lab.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    lab = Lab(f"http://127.0.0.1:{port}/", token, proc, log_path)
+
+    def up() -> bool:
+        assert proc.poll() is None, f"jupyter lab exited:\n{log_path.read_text()[-3000:]}"
+        try:
+            return lab.api("api/status", timeout=5) is not None
+        except OSError:
+            return False
+
+    try:
+        wait_until(up, START_TIMEOUT, interval=0.25, what="jupyter lab to answer")
+        yield lab
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Terminate the lab; it and everything it started must be gone within 30 s."""
+    try:
+        procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert_gone(procs, timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,146 @@
+"""The dashboard's kernel half: bounded curves, deltas that carry only what is new, and text from
+engines that stays text. The widget is real (anywidget); only the front end is absent."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+
+import pytest
+
+from nbdist.config import TelemetryConfig
+from nbdist.notebook.collector import Collector
+from nbdist.notebook.curves import Curve, Outbox, minmax
+from nbdist.notebook.dashboard import Dashboard
+from nbdist.telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
+
+
+class _Handle:
+    def __init__(self):
+        self.updates = []
+
+    def update(self, data, raw=False):
+        self.updates.append(data)
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    """A dashboard with its widget, whose messages to the browser are kept for inspection."""
+    handle = _Handle()
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: handle)
+    col = Collector([0, 1], TelemetryConfig(), total=None)
+    board = Dashboard("run 1")
+    board.show(col)
+    sent = []
+    board.widget.send = lambda content, buffers=None: sent.append(content)
+    col.on_records = board.add_records
+    col.on_mean = board.add_mean
+    return col, board, sent, handle
+
+
+def _feed(col, rank, steps, t0=1000.0, loss=lambda s: 1.0 / (s + 1)):
+    recs = [MetricRecord(t0 + s * 0.01, s, loss(s), 8, None, None) for s in steps]
+    col.ingest(rank, Batch(rank, 1, t0, recs, HealthSample(t0, f"h{rank}", 100 + rank, cpu=50.0)))
+
+
+def test_a_curve_keeps_its_envelope_within_its_limit():
+    rng = random.Random(0)
+    c = Curve(2000)
+    ys = [rng.gauss(0, 1) for _ in range(200_000)]
+    ys[123_456] = 50.0  # a spike that plain thinning would lose half the time
+    ys[7] = -50.0
+    for i, y in enumerate(ys):
+        c.add(i, y)
+    assert 1000 <= len(c) <= 2000
+    assert max(c.y) == 50.0 and min(c.y) == -50.0
+    assert c.x == sorted(c.x)
+    early = sum(1 for x in c.x if x < 20_000)  # the first tenth of the run
+    assert 0.05 * len(c) < early < 0.15 * len(c), "old and new parts at one resolution"
+    xs, ys2 = minmax(list(range(10)), [float(i) for i in range(10)], 2)
+    assert (xs, ys2) == ([0, 4, 5, 9], [0.0, 4.0, 5.0, 9.0])
+    box = Outbox(limit=100)
+    for i in range(10_000):
+        box.add(i, math.sin(i))
+    xs, ys3 = box.take()
+    assert len(xs) <= 100 and box.take() is None
+
+
+def test_updates_send_only_what_is_new(shown):
+    col, board, sent, _ = shown
+    assert board.widget.history["seq"] == 1 and board.widget.history["rows"] == []
+    _feed(col, 0, range(10))
+    _feed(col, 1, range(10))
+    col.update_states()
+    col.settle_mean()
+    board.update(col, [], "running")
+    first = sent[-1]
+    assert first["kind"] == "delta" and first["seq"] == 2
+    assert first["loss"]["0"][0] == list(range(10)) and len(first["loss"]["1"][1]) == 10
+    assert first["mean"][0] == list(range(10)) and first["mean"][1][0] == pytest.approx(1.0)
+    assert [r["rank"] for r in first["rows"]] == [0, 1]
+    assert board.widget.head["status"] == "running" and board.widget.head["step"] == 10
+    n = len(sent)
+    board.update(col, [], "running")  # nothing happened: nothing is sent
+    assert sent[n:] == []
+    _feed(col, 1, [10])
+    events = [RunEvent(time.time(), "checkpoint", 0, "checkpoint of step 9 written", None)]
+    board.update(col, events, "running")
+    last = sent[-1]
+    assert last["loss"] == {"1": [[10], [pytest.approx(1 / 11)]]}
+    assert "mean" not in last  # step 10 waits for rank 0
+    assert [e["kind"] for e in last["events"]] == ["checkpoint"]
+    assert last["seq"] > first["seq"]
+
+
+def test_a_million_steps_cost_what_a_thousand_do(shown):
+    """Simulated publishers, as a long run delivers them (batches of 1000 records): every curve,
+    every message and the late views' history stay bounded."""
+    col, board, sent, _ = shown
+    steps_per_batch = 1000
+
+    def run(upto, start=0):
+        t0 = time.perf_counter()
+        for s0 in range(start, upto, steps_per_batch):
+            for r in (0, 1):  # rank 1 reports every 10th step: a million records in all
+                steps = range(s0, s0 + steps_per_batch, 1 if r == 0 else 10)
+                _feed(col, r, steps, loss=lambda s: 1 / math.sqrt(s + 1))
+            col.settle_mean()
+            board.update(col, [], "running")
+        return (time.perf_counter() - t0) / ((upto - start) / steps_per_batch)
+
+    early = run(20_000)
+    run(980_000, start=20_000)
+    late = run(1_000_000, start=980_000)
+    assert col.records == 1_100_000 and col.done() == 999_991
+    assert all(len(st.losses) <= 2000 for st in col.ranks.values()) and len(col.mean) <= 2000
+    assert max(len(json.dumps(m)) for m in sent) < 60_000, "a message grew with the run"
+    board.update(col, [], "finished", final=True)
+    assert len(json.dumps(board.widget.history)) < 200_000
+    assert late < 3 * early + 0.002, f"an update costs {late:.4f} s late vs {early:.4f} s early"
+
+
+def test_text_from_engines_stays_text_and_bad_numbers_never_break_anything(shown):
+    col, board, sent, handle = shown
+    board.title = "run 2 (<b>bold</b> $\\alpha_$)"
+    nasty = ["nan", "inf", "-inf", "not a number"]
+    recs = [
+        MetricRecord(1000.0, 0, 1.0, 8, None, None),
+        MetricRecord(1000.1, 1, float("nan"), 8, None, None),
+        MetricRecord(1000.2, 2, float("inf"), 8, None, None),
+    ]
+    col.ingest(0, Batch(0, 1, 1000.0, recs, HealthSample(1000.0, "<i>host</i>", 1, cpu=1.0)))
+    col.ranks[0].log.extend(["<script>alert(1)</script>", "$\\alpha_$ and <b>"])
+    events = [RunEvent(1000.0, "warning", 0, "<img src=x onerror=alert(1)> $x_$", None)]
+    col.update_states()
+    board.update(col, events, "running")
+    png = board.finish(col, events, "failed")
+    assert png.startswith(b"\x89PNG")
+    assert "image/png" in handle.updates[-1] and "text/plain" in handle.updates[-1]
+    for msg in [*sent, board.widget.history, board.widget.head]:
+        json.dumps(msg, allow_nan=False)  # what the browser can parse: no NaN, no Infinity
+    history = board.widget.history
+    assert history["rows"][0]["loss"] in nasty and history["rows"][0]["host"] == "<i>host</i>"
+    assert history["logs"]["0"][0] == "<script>alert(1)</script>"  # as text, for textContent
+    assert history["events"][-1]["message"].startswith("<img")
