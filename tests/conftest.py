@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import time
@@ -69,14 +70,22 @@ def _process(pid: int) -> psutil.Process | None:
 @pytest.fixture(scope="session", autouse=True)
 def nbdist_data_dir(tmp_path_factory):
     """Every test run keeps its records in a fresh directory, never the user's."""
-    path = tmp_path_factory.mktemp("nbdist-data")
+    with data_dir_env(tmp_path_factory.mktemp("nbdist-data")) as path:
+        yield path
+
+
+@contextlib.contextmanager
+def data_dir_env(path):
+    """``NBDIST_DATA_DIR`` set to ``path`` (for this process and what it starts), then restored."""
     old = os.environ.get("NBDIST_DATA_DIR")
     os.environ["NBDIST_DATA_DIR"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("NBDIST_DATA_DIR", None)
-    else:
-        os.environ["NBDIST_DATA_DIR"] = old
+    try:
+        yield path
+    finally:
+        if old is None:
+            os.environ.pop("NBDIST_DATA_DIR", None)
+        else:
+            os.environ["NBDIST_DATA_DIR"] = old
 
 
 @pytest.fixture(scope="session", autouse=True)

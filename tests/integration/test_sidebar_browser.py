@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import assert_gone, shutdown_kernel, start_kernel, wait_until
+from conftest import assert_gone, data_dir_env, shutdown_kernel, start_kernel, wait_until
 from lab import running_lab
 
 CHROMIUM = "/usr/bin/chromium"
@@ -85,14 +85,8 @@ def jp_server_cleanup():
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """This module's nbdist data directory: the lab's, and that of the kernel the test starts."""
-    path = tmp_path_factory.mktemp("nbdist-data")
-    old = os.environ.get("NBDIST_DATA_DIR")
-    os.environ["NBDIST_DATA_DIR"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("NBDIST_DATA_DIR", None)
-    else:
-        os.environ["NBDIST_DATA_DIR"] = old
+    with data_dir_env(tmp_path_factory.mktemp("nbdist-data")) as path:
+        yield path
 
 
 @pytest.fixture(scope="module")

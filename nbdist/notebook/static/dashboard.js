@@ -24,8 +24,16 @@ const COLUMNS = [
   ["quiet", "quiet s"],
 ];
 const PALETTE = [
-  "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-  "#bcbd22", "#17becf",
+  "#1f77b4",
+  "#ff7f0e",
+  "#2ca02c",
+  "#d62728",
+  "#9467bd",
+  "#8c564b",
+  "#e377c2",
+  "#7f7f7f",
+  "#bcbd22",
+  "#17becf",
 ];
 
 // -- a series: at most MAX_POINTS points, at one resolution along the run --------------------
@@ -67,7 +75,8 @@ class Series {
     for (let i = 0; i < xs.length; i++) this.push(xs[i], ys[i]);
   }
   close() {
-    const pts = this.lo[0] <= this.hi[0] ? [this.lo, this.hi] : [this.hi, this.lo];
+    const pts =
+      this.lo[0] <= this.hi[0] ? [this.lo, this.hi] : [this.hi, this.lo];
     for (const [i, p] of pts.entries()) {
       if (i === 1 && p === pts[0]) break;
       this.x.push(p[0]);
@@ -100,8 +109,16 @@ class Series {
   // What to draw: the kept points and the open bucket's.
   view() {
     if (this.lo === null) return { x: this.x, y: this.y };
-    const pts = this.lo === this.hi ? [this.lo] : this.lo[0] <= this.hi[0] ? [this.lo, this.hi] : [this.hi, this.lo];
-    return { x: this.x.concat(pts.map((p) => p[0])), y: this.y.concat(pts.map((p) => p[1])) };
+    const pts =
+      this.lo === this.hi
+        ? [this.lo]
+        : this.lo[0] <= this.hi[0]
+          ? [this.lo, this.hi]
+          : [this.hi, this.lo];
+    return {
+      x: this.x.concat(pts.map((p) => p[0])),
+      y: this.y.concat(pts.map((p) => p[1])),
+    };
   }
   get length() {
     return this.x.length + (this.lo === null ? 0 : 1);
@@ -118,7 +135,9 @@ function fmt(v, digits = 4) {
   return Number(v.toPrecision(digits)).toString();
 }
 function fmtInt(v) {
-  return v === null || v === undefined ? "-" : Math.round(v).toLocaleString("en-US");
+  return v === null || v === undefined
+    ? "-"
+    : Math.round(v).toLocaleString("en-US");
 }
 function fmtSecs(s) {
   if (s === null || s === undefined || !Number.isFinite(s)) return "?";
@@ -132,9 +151,11 @@ function niceTicks(lo, hi, count) {
   if (!(hi > lo)) return [lo];
   const step0 = (hi - lo) / count;
   const mag = Math.pow(10, Math.floor(Math.log10(step0)));
-  const step = [1, 2, 5, 10].map((f) => f * mag).find((s) => s >= step0) || step0;
+  const step =
+    [1, 2, 5, 10].map((f) => f * mag).find((s) => s >= step0) || step0;
   const out = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push(t);
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step)
+    out.push(t);
   return out;
 }
 function el(tag, cls, text) {
@@ -171,7 +192,10 @@ class Chart {
     const dpr = window.devicePixelRatio || 1;
     const w = this.canvas.clientWidth || 300;
     const h = this.canvas.clientHeight || 180;
-    if (this.canvas.width !== Math.round(w * dpr) || this.canvas.height !== Math.round(h * dpr)) {
+    if (
+      this.canvas.width !== Math.round(w * dpr) ||
+      this.canvas.height !== Math.round(h * dpr)
+    ) {
       this.canvas.width = Math.round(w * dpr);
       this.canvas.height = Math.round(h * dpr);
     }
@@ -189,7 +213,10 @@ class Chart {
       ctx.fillText("waiting for report() …", pad.l, h / 2);
       return;
     }
-    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    let x0 = Infinity,
+      x1 = -Infinity,
+      y0 = Infinity,
+      y1 = -Infinity;
     for (const l of lines) {
       const s = l.v;
       x0 = Math.min(x0, s.x[0]);
@@ -329,7 +356,8 @@ class Store {
       this.events = this.events.concat(msg.events).slice(-50);
       changed.events = true;
     }
-    for (const [rank, lines] of Object.entries(msg.logs || {})) this.logs.set(Number(rank), lines);
+    for (const [rank, lines] of Object.entries(msg.logs || {}))
+      this.logs.set(Number(rank), lines);
     if (msg.logs) changed.logs = true;
     return changed;
   }
@@ -421,7 +449,9 @@ function render({ model, el: root }) {
   }
 
   function drawRate() {
-    rateChart.lines = [{ series: store.rate, colour: "#1565c0", width: 1.5, alpha: 1 }];
+    rateChart.lines = [
+      { series: store.rate, colour: "#1565c0", width: 1.5, alpha: 1 },
+    ];
     rateChart.draw();
   }
 
@@ -433,14 +463,23 @@ function render({ model, el: root }) {
     badge.className = "nbd-badge nbd-status-" + status.split(" ")[0];
     const parts = [];
     if (p.step !== undefined && p.step !== null) {
-      parts.push(p.total ? `step ${fmtInt(p.step)} / ${fmtInt(p.total)}` : `step ${fmtInt(p.step)}`);
+      parts.push(
+        p.total
+          ? `step ${fmtInt(p.step)} / ${fmtInt(p.total)}`
+          : `step ${fmtInt(p.step)}`,
+      );
     }
     if (p.total && p.done !== null && p.done !== undefined) {
-      parts.push(`${((100 * Math.min(p.done, p.total)) / p.total).toFixed(1)} %`);
+      parts.push(
+        `${((100 * Math.min(p.done, p.total)) / p.total).toFixed(1)} %`,
+      );
     }
-    if (p.eta !== null && p.eta !== undefined) parts.push(`ETA ${fmtSecs(p.eta)}`);
-    if (p.rate !== null && p.rate !== undefined) parts.push(`${fmtInt(p.rate)} samples/s`);
-    if (p.mean_loss !== null && p.mean_loss !== undefined) parts.push(`loss ${fmt(p.mean_loss)}`);
+    if (p.eta !== null && p.eta !== undefined)
+      parts.push(`ETA ${fmtSecs(p.eta)}`);
+    if (p.rate !== null && p.rate !== undefined)
+      parts.push(`${fmtInt(p.rate)} samples/s`);
+    if (p.mean_loss !== null && p.mean_loss !== undefined)
+      parts.push(`loss ${fmt(p.mean_loss)}`);
     if (p.elapsed !== undefined) parts.push(`${fmtSecs(p.elapsed)} elapsed`);
     stats.textContent = parts.join(" · ");
     const share = p.total && p.done ? Math.min(1, p.done / p.total) : 0;
@@ -466,12 +505,21 @@ function render({ model, el: root }) {
         } else if (key === "loss") {
           tr.append(el("td", "nbd-num", typeof v === "string" ? v : fmt(v)));
         } else {
-          tr.append(el("td", "nbd-num", key === "rank" || key === "step" ? fmtInt(v) : fmt(v, 3)));
+          tr.append(
+            el(
+              "td",
+              "nbd-num",
+              key === "rank" || key === "step" ? fmtInt(v) : fmt(v, 3),
+            ),
+          );
         }
       }
       tbody.append(tr);
     }
-    const counts = STATES.map((s) => [s, ranks.filter((r) => store.rows.get(r).state === s).length]);
+    const counts = STATES.map((s) => [
+      s,
+      ranks.filter((r) => store.rows.get(r).state === s).length,
+    ]);
     table.title = counts.map(([s, n]) => `${s}: ${n}`).join(", ");
     root.dataset.ranks = String(ranks.length);
   }
@@ -479,11 +527,16 @@ function render({ model, el: root }) {
   function drawEvents() {
     eventsBox.textContent = "";
     eventsBox.append(el("div", "nbd-section", "events"));
-    if (!store.events.length) eventsBox.append(el("div", "nbd-quiet", "none yet"));
+    if (!store.events.length)
+      eventsBox.append(el("div", "nbd-quiet", "none yet"));
     for (const e of store.events.slice(-8)) {
       const line = el("div", "nbd-event nbd-event-" + e.kind);
-      const who = e.rank === null || e.rank === undefined ? "" : `rank ${e.rank}: `;
-      line.append(el("span", "nbd-event-kind", e.kind), el("span", "", ` ${who}${e.message}`));
+      const who =
+        e.rank === null || e.rank === undefined ? "" : `rank ${e.rank}: `;
+      line.append(
+        el("span", "nbd-event-kind", e.kind),
+        el("span", "", ` ${who}${e.message}`),
+      );
       eventsBox.append(line);
     }
   }
@@ -534,7 +587,10 @@ function render({ model, el: root }) {
     drawRate();
     root.dataset.theme = document.body.dataset.jpThemeLight || "";
   });
-  theme.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light"] });
+  theme.observe(document.body, {
+    attributes: true,
+    attributeFilter: ["data-jp-theme-light"],
+  });
   store.views.add(draw);
   draw({ all: true });
   return () => {
