@@ -74,6 +74,18 @@ def nbdist_data_dir(tmp_path_factory):
         yield path
 
 
+@pytest.fixture
+def no_front_end(monkeypatch):
+    """``IPython.display.display`` with no front end to show things: dashboards are built and
+    updated (their widgets too) and their display handles take the final picture."""
+
+    class _Handle:
+        def update(self, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: _Handle())
+
+
 @contextlib.contextmanager
 def data_dir_env(path):
     """``NBDIST_DATA_DIR`` set to ``path`` (for this process and what it starts), then restored."""

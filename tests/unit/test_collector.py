@@ -20,16 +20,8 @@ from nbdist.telemetry.store import RunStore
 CFG = TelemetryConfig(silent_after=1.0, slow_factor=2.0)
 
 
-@pytest.fixture(autouse=True)
-def _no_display(monkeypatch):
-    """Dashboards are built and updated (their widgets too), but not displayed: no front end
-    in this process."""
-
-    class _Handle:
-        def update(self, *args, **kwargs):
-            pass
-
-    monkeypatch.setattr("IPython.display.display", lambda *a, **k: _Handle())
+# dashboards are built and updated (their widgets too), but there is no front end here
+pytestmark = pytest.mark.usefixtures("no_front_end")
 
 
 # -- verdicts: a pure function ------------------------------------------------------------------

@@ -21,6 +21,7 @@ from ...config import ClusterConfig
 from ...errors import NbdistError
 from ...protocol import HostRecord
 from .base import EngineExit, OnThisMachine
+from .processes import close_quietly
 
 
 def ask(path: str, request: dict, timeout: float) -> dict:
@@ -114,12 +115,8 @@ class HostedEngines(OnThisMachine):
 
     def stop(self, timeout: float = 5.0) -> None:
         """Disconnect; the engines keep running for the host."""
-        if self.client is not None:
-            try:
-                self.client.close()
-            except Exception:
-                pass
-            self.client = None
+        close_quietly(self.client)
+        self.client = None
         if self._watch is not None:
             try:
                 self._watch.close()

@@ -25,6 +25,7 @@ from ... import config
 from ...errors import NbdistError
 from .base import EngineExit, OnThisMachine
 from .processes import (
+    close_quietly,
     owner_only,
     private_dir,
     profile_dir,
@@ -171,12 +172,8 @@ class LocalEngines(OnThisMachine):
     def stop(self, timeout: float = 5.0) -> None:
         """Stop everything; what does not leave within ``timeout`` is killed, by PID."""
         procs = self.processes()
-        if self.client is not None:
-            try:
-                self.client.close()
-            except Exception:
-                pass
-            self.client = None
+        close_quietly(self.client)
+        self.client = None
         for p in procs:
             if p.pid in self.engine_pids:
                 try:

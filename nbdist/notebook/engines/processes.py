@@ -108,3 +108,12 @@ def remove_cluster_files(profile: Path, cluster_id: str) -> None:
         *(profile / "log").glob(f"engines{cluster_id}.json"),
     ]:
         f.unlink(missing_ok=True)
+
+
+def close_quietly(closable: object | None) -> None:
+    """``closable.close()``, where an error only means there is nothing left to close."""
+    if closable is not None:
+        try:
+            closable.close()
+        except Exception:
+            pass

@@ -339,10 +339,7 @@ class RemoteEngines:
         procs = self.processes()
         if self.client is not None:
             self._stop_engines(timeout)
-            try:
-                self.client.close()
-            except Exception:
-                pass
+            processes.close_quietly(self.client)
             self.client = None
         if self._ipp is not None:
             self._stop_launchers()
