@@ -22,7 +22,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ..config import CellOptions
-from ..errors import NbdistError
+from ..errors import DistributedCellError, NbdistError
 from . import recovery
 from .observers import Phase, RunObserver
 from .supervisor import CellReport
@@ -178,8 +178,6 @@ class RunController:
         if rep.interrupted:
             raise KeyboardInterrupt("nbdist: the cell was interrupted on every rank")
         if rep.failures:
-            from ..errors import DistributedCellError
-
             raise DistributedCellError(rep.failures, note)
         if note and self.policy.restarts_done:
             print(note)

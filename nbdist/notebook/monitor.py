@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,8 @@ class RunMonitor:
         self.want_dashboard = dashboard
         self.dashboard = None
         self.latencies: list[float] = []  # seconds from report() to the widget's state
-        self.poll_seconds: list[float] = []  # time spent in each poll (for the benchmark)
+        # time spent in each of the latest polls (for the benchmark): bounded, as runs are not
+        self.poll_seconds: deque[float] = deque(maxlen=100_000)
         self._last_ui = 0.0
         self._last_health_write = 0.0
         self._warned = False

@@ -249,12 +249,7 @@ class RunStore:
             " WHERE run_id = ? AND id > ? ORDER BY id",
             (int(run_id), int(since_id)),
         )
-        out = []
-        for r in rows:
-            row = dict(r)
-            row["extra"] = json.loads(row["extra"]) if row["extra"] else {}
-            out.append(row)
-        return out
+        return _with_json(rows, "extra")
 
     def health(self, run_id: int) -> list[dict]:
         """Each rank's latest health (``HEALTH_COLUMNS``), by rank."""
@@ -278,12 +273,17 @@ class RunStore:
             f"SELECT id, {', '.join(EVENT_COLUMNS)} FROM events WHERE run_id = ? ORDER BY id",
             (int(run_id),),
         )
-        out = []
-        for r in rows:
-            row = dict(r)
-            row["data"] = json.loads(row["data"]) if row["data"] else {}
-            out.append(row)
-        return out
+        return _with_json(rows, "data")
+
+
+def _with_json(rows: list[sqlite3.Row], column: str) -> list[dict]:
+    """The rows as dicts, ``column`` (stored as JSON text) decoded; empty: ``{}``."""
+    out = []
+    for r in rows:
+        row = dict(r)
+        row[column] = json.loads(row[column]) if row[column] else {}
+        out.append(row)
+    return out
 
 
 class _tx:
