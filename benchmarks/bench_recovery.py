@@ -10,6 +10,7 @@ measured in the same run on the same machine. Also counts the steps computed twi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,6 +19,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import psutil
 
 from benchmarks import Result, table
 
@@ -152,18 +155,33 @@ def torchrun_recovery(tmp: Path, steps: int, every: int, kill_at: int) -> tuple[
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     out: dict = {}
+    workers: set[psutil.Process] = set()
     try:
         _kill_at(log, Path(f"{pids}1"), kill_at, out)
-        proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        pass
+        # torchrun's agent can exit while the workers of its restart still wait in
+        # init_process_group, orphaned: every worker seen is tracked, and stopped below
+        end = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < end:
+            workers.update(_descendants(proc.pid))
+            time.sleep(0.05)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        for w in workers:
+            with contextlib.suppress(psutil.Error):
+                w.kill()  # psutil checks it is still the process first seen, not a reused pid
+        psutil.wait_procs(list(workers), timeout=10)
     if "killed_at" not in out:
         return float("nan"), 0
     return _measure(log, out["killed_at"])
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 def run(tiny: bool = False, steps: int = 60, every: int = 10, kill_at: int = 25) -> list[Result]:

@@ -11,7 +11,7 @@ In the notebook::
 
 On the engines, inside ``%%distributed`` cells: ``rank()``, ``world_size()``, ``local_rank()``,
 ``is_main()``, ``device()``, ``prepare()``, ``train_step()``. In the notebook: ``start()``,
-``current()``, ``pull()``.
+``current()``, ``run_script()``, ``pull()``.
 
 Importing nbdist is cheap: each name loads its module on first use.
 """
@@ -29,6 +29,7 @@ _PUBLIC = {
     "Cluster": "nbdist.notebook.session",
     "HostSpec": "nbdist.config",  # start(hosts=[HostSpec("gpu1", engines=4, user="alice")])
     "pull": "nbdist.notebook.session",
+    "run_script": "nbdist.notebook.programs",  # %nbdist run FILE ARGS
     "scatter": "nbdist.notebook.data",
     "gather": "nbdist.notebook.data",
     "attach": "nbdist.notebook.attach",
@@ -47,6 +48,10 @@ _PUBLIC = {
     "checkpoint": "nbdist.worker.checkpoint",
     "restore": "nbdist.worker.checkpoint",
     "restored": "nbdist.worker.checkpoint",
+    # framework adapters, one line each (see nbdist.worker.integrations)
+    "LightningLogger": "nbdist.worker.integrations.lightning",
+    "AccelerateTracker": "nbdist.worker.integrations.accelerate",
+    "HuggingFaceCallback": "nbdist.worker.integrations.transformers",
     # both
     "UsageError": "nbdist.errors",
     "DistributedCellError": "nbdist.errors",
@@ -57,7 +62,15 @@ __all__ = sorted(_PUBLIC)
 
 def __getattr__(name: str):
     if name in _PUBLIC:
-        return getattr(importlib.import_module(_PUBLIC[name]), name)
+        try:
+            module = importlib.import_module(_PUBLIC[name])
+        except ModuleNotFoundError as e:  # an adapter's framework is not installed
+            if not e.name or e.name.split(".")[0] == "nbdist":
+                raise
+            from .errors import UsageError
+
+            raise UsageError(f"nbdist.{name} needs {e.name}: pip install {e.name}") from None
+        return getattr(module, name)
     raise AttributeError(f"module 'nbdist' has no attribute {name!r}")
 
 

@@ -108,3 +108,16 @@ class DistributedCellError(NbdistError):
     def _render_traceback_(self) -> list[str]:
         # IPython calls this instead of printing nbdist's own stack: the person sees their error.
         return ["DistributedCellError: " + str(self), *self.report().splitlines()]
+
+
+class CellInterrupted(KeyboardInterrupt):
+    """The interrupt button stopped a cell (or script) on every rank.
+
+    A ``KeyboardInterrupt``, so code that catches one still does; shown as one line, not as
+    the stack of nbdist's own calls that were waiting for the ranks."""
+
+    def __init__(self, message: str = "nbdist: the cell was interrupted on every rank"):
+        super().__init__(message)
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"KeyboardInterrupt: {self}"]

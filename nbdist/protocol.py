@@ -139,11 +139,30 @@ class EngineIdentity:
 
 # -- a cell ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class CellRequest:
-    """One ``%%distributed`` cell for one rank."""
+class Program:
+    """What the ranks run: a ``%%distributed`` cell, or a script (``%nbdist run FILE ARGS``).
+
+    A cell is IPython source (magics allowed) run in the engine's namespace; a script is plain
+    Python run as ``__main__``, as ``python FILE`` would run it (see ``worker.script``).
+    """
 
     source: str
-    filename: str  # shown in tracebacks: <distributed-cell-N>
+    filename: str  # in tracebacks: <distributed-cell-N>, or the script's absolute path
+    argv: tuple[str, ...]  # sys.argv while it runs: (cell name,) or (FILE, *ARGS)
+    script: bool = False
+    cwd: str | None = None  # the notebook's working folder, used where it exists
+
+    @property
+    def name(self) -> str:
+        """How the person refers to it: the file as typed, or the cell's name."""
+        return self.argv[0] if self.argv else self.filename
+
+
+@dataclass(frozen=True)
+class CellRequest:
+    """One ``%%distributed`` cell (or script) for one rank."""
+
+    program: Program
     run_key: str = "default"  # names the run's checkpoints; kept across restarts and replays
     group: RankInfo | None = None  # re-form the process group first, as this rank
     want_value: bool = False  # send the last expression's value back (the main rank)

@@ -22,7 +22,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ..config import CellOptions
-from ..errors import DistributedCellError, NbdistError
+from ..errors import CellInterrupted, DistributedCellError, NbdistError
+from ..protocol import Program
 from . import recovery
 from .observers import Phase, RunObserver
 from .supervisor import CellReport
@@ -47,18 +48,16 @@ class RunController:
     def __init__(
         self,
         cluster: Cluster,
-        source: str,
+        program: Program,
         opts: CellOptions,
         *,
-        filename: str,
         run_key: str,
         full: bool,
         observers: list[RunObserver] | None = None,
     ):
         self.cluster = cluster
-        self.source = source
+        self.program = program
         self.opts = opts
-        self.filename = filename
         self.run_key = run_key
         self.full = full  # the cell runs on every rank
         self.observers = list(observers or ())
@@ -102,7 +101,7 @@ class RunController:
     def _attempt(self) -> None:
         """RUNNING: the cell on its ranks, to its end; then the policy's verdict."""
         self.report = self.cluster.run_once(
-            self.source, self.opts, self.filename, self.run_key, self.full, self.observers
+            self.program, self.opts, self.run_key, self.full, self.observers
         )
         rep = self.report
         self.failure = recovery.classify(rep.interrupted, [f.kind for f in rep.failures])
@@ -169,14 +168,14 @@ class RunController:
         if clean:
             if self.full:
                 cluster.group_ready = not rep.group_broken  # the cell may have destroyed it
-            cluster.journal_cell(self.source, self.opts.ranks, self.run_key)
+            cluster.journal_cell(self.program, self.opts.ranks, self.run_key)
         gave_up = self.failure is recovery.Failure.WORKER_LOST and self.opts.restarts
         if rep.failures and gave_up and not self.note:
             note = (note + "\n" if note else "") + (
                 f"nbdist: gave up after {self.opts.restarts} restart(s)"
             )
         if rep.interrupted:
-            raise KeyboardInterrupt("nbdist: the cell was interrupted on every rank")
+            raise CellInterrupted()
         if rep.failures:
             raise DistributedCellError(rep.failures, note)
         if note and self.policy.restarts_done:

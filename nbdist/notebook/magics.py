@@ -7,6 +7,7 @@ to type instead.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -83,6 +84,10 @@ def _nbdist_parser() -> _Parser:
     sc.add_argument("--seed", type=int, default=0)
     sc.add_argument("--remainder", choices=["drop", "pad", "uneven"], default="uneven")
     sc.add_argument("--as", dest="target", default=None, help="engine name (default: NAME)")
+    run = sub.add_parser("run", help="run a script on every rank, as torchrun would")
+    _add_cell_options(run)
+    run.add_argument("file", help="the script; everything after it is its own command line")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     pl = sub.add_parser("pull", help="bring an engine variable into the notebook")
     pl.add_argument("name")
     pl.add_argument("--rank", type=int, default=0)
@@ -92,6 +97,12 @@ def _nbdist_parser() -> _Parser:
 
 def _distributed_parser() -> _Parser:
     p = _Parser(prog="%%distributed", description="Run this cell on every rank at once.")
+    _add_cell_options(p)
+    return p
+
+
+def _add_cell_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``%%distributed``, which ``%nbdist run`` shares."""
     p.add_argument("--timeout", type=float, default=None, help="stop the cell after SECONDS")
     p.add_argument("--ranks", type=_ranks, default=None, help="run on these ranks only: 0,2")
     p.add_argument("--all-output", action="store_true", help="show every rank's output")
@@ -110,7 +121,24 @@ def _distributed_parser() -> _Parser:
     p.add_argument("--tensorboard", metavar="DIR", default=None, help="also write TensorBoard logs")
     p.add_argument("--stop-on-nan", action="store_true", help="stop every rank on a NaN/inf loss")
     p.add_argument("--name", default="", help="a name for this run in nbdist.runs()")
-    return p
+
+
+def _cell_options(args: argparse.Namespace) -> CellOptions:
+    telemetry = {
+        "dashboard": not args.no_dashboard,
+        "total": args.total,
+        "tensorboard": args.tensorboard,
+        "stop_on_nan": args.stop_on_nan,
+    }
+    return CellOptions(
+        timeout=args.timeout,
+        ranks=args.ranks,
+        all_output=args.all_output,
+        restarts=args.restarts,
+        min_workers=args.min_workers,
+        progress_timeout=args.progress_timeout,
+        extra=telemetry,
+    )
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -154,7 +182,7 @@ class NbdistMagics(Magics):
     @line_magic
     def nbdist(self, line: str):
         """Control the cluster: ``%nbdist start -n N`` | ``attach [ID]`` | ``stop`` | ``status`` |
-        ``pull NAME`` | ``scatter NAME``."""
+        ``run [OPTIONS] FILE [ARGS...]`` | ``pull NAME`` | ``scatter NAME``."""
         args = _parse(_nbdist_parser(), line)
         if args is None:
             return None
@@ -200,6 +228,13 @@ class NbdistMagics(Magics):
                 for k in ("target", "stratify", "labels", "shuffle", "seed", "remainder")
             }
             data.scatter_variable(self.shell.user_ns, args.name, **opts)
+        elif args.command == "run":
+            from . import programs
+
+            program = programs.load(args.file, args.args)
+            session.current()  # no cluster: that error first
+            name = args.name or os.path.basename(args.file)
+            programs.run_watched(program, _cell_options(args), name)
         elif args.command == "pull":
             value = session.current().pull(args.name, rank=args.rank)
             self.shell.user_ns[args.target or args.name] = value
@@ -215,23 +250,9 @@ class NbdistMagics(Magics):
         args = _parse(_distributed_parser(), line)
         if args is None:
             return None
+        opts = _cell_options(args)
         cluster = session.current()
-        telemetry = {
-            "dashboard": not args.no_dashboard,
-            "total": args.total,
-            "tensorboard": args.tensorboard,
-            "stop_on_nan": args.stop_on_nan,
-        }
-        opts = CellOptions(
-            timeout=args.timeout,
-            ranks=args.ranks,
-            all_output=args.all_output,
-            restarts=args.restarts,
-            min_workers=args.min_workers,
-            progress_timeout=args.progress_timeout,
-            extra=telemetry,
-        )
         from .monitor import RunMonitor
 
-        with RunMonitor(cluster, cell, opts, name=args.name, **telemetry) as monitor:
+        with RunMonitor(cluster, cell, opts, name=args.name, **opts.extra) as monitor:
             return cluster.run(cell, opts, transform=self.shell.transform_cell, observers=[monitor])

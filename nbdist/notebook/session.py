@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import io
 import itertools
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from typing import Any
 
 from .. import config
 from ..errors import DistributedCellError, NbdistError, UsageError
-from ..protocol import Inventory, RankInfo
+from ..protocol import Inventory, Program, RankInfo
 from ..worker import api
 from . import engines, fanout, hosts, placement
 from .controller import RunController
@@ -54,7 +55,7 @@ class Cluster:
         self.inventory: dict[int, Inventory] = {}
         # every cell that succeeded, with its ranks (None: all), replayed on fresh engines
         # ...and notebook-side calls to redo (scatters), as callables, in the same order
-        self.journal: list[tuple[str, tuple[int, ...] | None, str] | Callable[[], object]] = []
+        self.journal: list[tuple[Program, tuple[int, ...] | None, str] | Callable[[], object]] = []
         self._replaying = False
 
     # -- life -------------------------------------------------------------------------------
@@ -178,8 +179,19 @@ class Cluster:
         ``observers`` are told of the run's phases and recovery events, and see the ranks at
         every poll of the supervisor (``observers.RunObserver``): the dashboard's way in.
         """
-        opts = opts or config.CellOptions()
         check_syntax(source, transform or (lambda s: s))
+        name = f"<distributed-cell-{next(_cell_numbers)}>"
+        cell = Program(source=source, filename=name, argv=(name,), cwd=os.getcwd())
+        return self.run_program(cell, opts, observers)
+
+    def run_program(
+        self,
+        program: Program,
+        opts: config.CellOptions | None = None,
+        observers: list[RunObserver] | None = None,
+    ):
+        """Run a cell or script (``programs``) on the ranks; return a cell's last value."""
+        opts = opts or config.CellOptions()
         n = len(self.slots)
         if opts.ranks is not None:
             bad = [r for r in opts.ranks if not 0 <= r < n]
@@ -192,9 +204,8 @@ class Cluster:
             raise UsageError("--restarts needs every rank: drop --ranks")
         controller = RunController(
             self,
-            source,
+            program,
             opts,
-            filename=f"<distributed-cell-{next(_cell_numbers)}>",
             run_key=f"{self.engines.cluster_id}-{uuid.uuid4().hex[:8]}",
             full=full,
             observers=observers,
@@ -203,9 +214,8 @@ class Cluster:
 
     def run_once(
         self,
-        source: str,
+        program: Program,
         opts: config.CellOptions,
-        filename: str,
         run_key: str,
         full: bool,
         observers: list[RunObserver] | None = None,
@@ -215,16 +225,16 @@ class Cluster:
         if full and not self.group_ready:  # re-form the group inside this cell, on every rank
             self.attempt += 1
             groups = self.rank_infos()
-        return CellRun(self, source, opts, filename, groups, run_key, observers).wait()
+        return CellRun(self, program, opts, groups, run_key, observers).wait()
 
     def record(self, redo: Callable[[], object]) -> None:
         """Remember a notebook-side step (a scatter) that recovery must redo on fresh engines."""
         if not self._replaying:
             self.journal.append(redo)
 
-    def journal_cell(self, source: str, ranks: tuple[int, ...] | None, run_key: str) -> None:
-        """Remember a cell that succeeded, for replay on fresh engines."""
-        self.journal.append((source, ranks, run_key))
+    def journal_cell(self, program: Program, ranks: tuple[int, ...] | None, run_key: str) -> None:
+        """Remember a cell (or script) that succeeded, for replay on fresh engines."""
+        self.journal.append((program, ranks, run_key))
 
     def replay(self) -> None:
         """Run the journal of earlier cells again, on every rank, so fresh engines have their
@@ -241,10 +251,10 @@ class Cluster:
                 with contextlib.redirect_stdout(io.StringIO()):
                     entry()
                 continue
-            source, ranks, run_key = entry
+            program, ranks, run_key = entry
             opts = config.CellOptions(ranks=ranks, quiet=True)
             # with its own run key, a training cell resumes from its own last checkpoint
-            report = self.run_once(source, opts, f"<replay-{i}>", run_key, ranks is None)
+            report = self.run_once(program, opts, run_key, ranks is None)
             if report.failures or report.interrupted:
                 err = DistributedCellError(report.failures or [], "") if report.failures else None
                 raise NbdistError(

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..config import CellOptions
-from ..errors import DistributedCellError, RankFailure, UsageError
-from ..protocol import CellOutcome, CellRequest, RankInfo
+from ..errors import CellInterrupted, DistributedCellError, RankFailure, UsageError
+from ..protocol import CellOutcome, CellRequest, Program, RankInfo
 from ..worker import api
 from . import fanout
 from .observers import RunObserver
@@ -79,9 +79,8 @@ class CellRun:
     def __init__(
         self,
         cluster,
-        source: str,
+        program: Program,
         opts: CellOptions,
-        filename: str,
         groups: dict[int, RankInfo],
         run_key: str = "default",
         observers: list[RunObserver] | None = None,
@@ -98,8 +97,7 @@ class CellRun:
         for r in ranks:
             slot = cluster.slots[r]
             request = CellRequest(
-                source=source,
-                filename=filename,
+                program=program,
                 run_key=run_key,
                 group=groups.get(r),
                 want_value=r == self.main_rank,
@@ -280,6 +278,6 @@ class CellRun:
     def raise_for(self, report: CellReport, note: str = "") -> None:
         """Turn a failed report into the one error the person sees."""
         if report.interrupted:
-            raise KeyboardInterrupt("nbdist: the cell was interrupted on every rank")
+            raise CellInterrupted()
         if report.failures:
             raise DistributedCellError(report.failures, note)

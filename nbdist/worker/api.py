@@ -37,9 +37,10 @@ def setup(threads: int) -> Inventory:
     import torch
 
     from .. import __version__
-    from . import rendezvous
+    from . import rendezvous, script
 
     torch.set_num_threads(threads)
+    script.not_interactive()  # frameworks must see a script's process, not a REPL
     state.namespace()["nbdist"] = sys.modules["nbdist"]  # cells say nbdist.rank() unimported
     rendezvous.install_idempotent_init()
     gpus = []

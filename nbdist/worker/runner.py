@@ -1,6 +1,7 @@
-"""Run one ``%%distributed`` cell on this engine and describe how it went.
+"""Run one ``%%distributed`` cell (or script) on this engine and describe how it went.
 
-The cell runs in the engine's user namespace, so names persist between cells as in a notebook.
+A cell runs in the engine's user namespace, so names persist between cells as in a notebook; a
+script runs as ``__main__`` (see ``script``).
 On any exception the rank leaves its process group at once, so peers waiting for it in a
 collective fail within milliseconds instead of hanging until the collective's timeout.
 """
@@ -16,9 +17,8 @@ import time
 import traceback
 from typing import Any
 
-from ..protocol import CellOutcome, CellRequest, PackedValue
-from . import checkpoint, rendezvous, reporter
-from .state import namespace
+from ..protocol import CellOutcome, CellRequest, PackedValue, Program
+from . import checkpoint, rendezvous, reporter, script
 
 #: Values larger than this (pickled) come back to the notebook as their repr only.
 _MAX_VALUE_BYTES = 64 * 1024 * 1024
@@ -60,32 +60,58 @@ def _safe_repr(value: Any) -> str:
         return f"<{type(value).__name__} (repr failed: {e})>"
 
 
-def _transform(source: str) -> str:
-    """IPython syntax (``%magics``, ``!shell``) to plain Python, as the engine's shell does it."""
+def _transform(program: Program) -> str:
+    """A cell's IPython syntax (``%magics``, ``!shell``) as plain Python, as the engine's shell
+    does it; a script is plain Python already."""
     from IPython import get_ipython
 
     shell = get_ipython()
-    return shell.transform_cell(source) if shell is not None else source
+    if program.script or shell is None:
+        return program.source
+    return shell.transform_cell(program.source)
 
 
-def _failure(exc: BaseException, filename: str) -> CellOutcome:
+def _failure(exc: BaseException) -> CellOutcome:
     """The exception as the notebook shows it: the user's frames only, and a one-line summary."""
     tb = traceback.TracebackException.from_exception(exc)
-    # Drop this module's frame above the user's cell.
-    frames = [f for f in tb.stack if f.filename != __file__]
+    # Drop nbdist's frames above the user's code.
+    frames = [f for f in tb.stack if f.filename not in _OWN_FILES]
     tb.stack = traceback.StackSummary.from_list(frames)
     lines = list(tb.format())
     summary = lines[-1].strip() if lines else repr(exc)
     # gloo's messages carry a C++ source path and a paragraph of advice: keep the fact only.
     summary = re.sub(r"\[/\S+?\.(cc|cpp|h):\d+\] ", "", summary).split(" This is typically")[0]
     kind = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
-    if kind == "interrupted":
+    if isinstance(exc, SystemExit):
+        kind, summary = script.exit_status(exc) or ("ok", "")
+        lines = lines[-1:] if kind == "error" else []  # where it exited says nothing more
+    elif kind == "interrupted":
         summary = "KeyboardInterrupt (nbdist: interrupted)"
     return CellOutcome(kind=kind, at=time.time(), summary=summary, traceback="".join(lines[:-1]))
 
 
+_OWN_FILES = {__file__, script.__file__}
+
+
+def _execute(program: Program, want_value: bool) -> PackedValue | None:
+    """Run ``program`` (in the process ``script.running`` sets up); its last expression's value,
+    packed, when ``want_value`` and the program is a cell."""
+    code = _transform(program)
+    tree = ast.parse(code, program.filename)
+    linecache.cache[program.filename] = (len(code), None, code.splitlines(True), program.filename)
+    last = None
+    if not program.script and tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = tree.body.pop()
+    with script.running(program) as ns:
+        exec(compile(tree, program.filename, "exec"), ns)
+        value = None
+        if last is not None:
+            value = eval(compile(ast.Expression(last.value), program.filename, "eval"), ns)
+    return portable(value) if want_value and value is not None else None
+
+
 def run_cell(req: CellRequest) -> CellOutcome:
-    """Run ``req.source`` here; say how it went (with the value of its last expression when
+    """Run ``req.program`` here; say how it went (with the value of a cell's last expression when
     ``req.want_value``).
 
     ``req.group``, when given, is this rank's new RankInfo: the process group is (re-)formed
@@ -96,20 +122,11 @@ def run_cell(req: CellRequest) -> CellOutcome:
         reporter.begin_cell()  # ties nbdist.report()'s batches to this request; starts health
         if req.group is not None:
             rendezvous.form(req.group, req.group_timeout)
-        code = _transform(req.source)
-        tree = ast.parse(code, req.filename)
-        linecache.cache[req.filename] = (len(code), None, code.splitlines(True), req.filename)
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        ns = namespace()
-        exec(compile(tree, req.filename, "exec"), ns)
-        value = None
-        if last is not None:
-            value = eval(compile(ast.Expression(last.value), req.filename, "eval"), ns)
-        packed = portable(value) if req.want_value and value is not None else None
-        out = CellOutcome(kind="ok", at=time.time(), value=packed)
-    except BaseException as exc:  # noqa: B036 - KeyboardInterrupt is a cell outcome too
-        rendezvous.abort()
-        out = _failure(exc, req.filename)
+        out = CellOutcome(kind="ok", at=time.time(), value=_execute(req.program, req.want_value))
+    except BaseException as exc:  # noqa: B036 - KeyboardInterrupt and SystemExit are outcomes too
+        out = _failure(exc)
+        if out.kind != "ok":
+            rendezvous.abort()
     finally:
         reporter.end_cell()  # the last records go out before the reply
         sys.stdout.flush()

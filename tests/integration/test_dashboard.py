@@ -208,7 +208,7 @@ def test_an_interrupted_run_is_kept_as_interrupted(ready):
         interrupt_after=1.5,
         timeout=60,
     )
-    assert res.error is not None and res.error["ename"] == "KeyboardInterrupt"
+    assert res.error is not None and res.error["ename"] == "CellInterrupted"
     assert _value(ready, "__import__('nbdist').runs(limit=1)[0]['status']") == "interrupted"
     assert _value(ready, "_runs.last().dashboard.widget.head['status']") == "interrupted"
 

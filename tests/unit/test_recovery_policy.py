@@ -130,12 +130,12 @@ def _lost_report(rank):
 
 def _controller(cluster, restarts=1, min_workers=None):
     from nbdist.config import CellOptions
+    from nbdist.protocol import Program
 
     watcher = _Watcher()
     opts = CellOptions(restarts=restarts, min_workers=min_workers)
-    ctl = RunController(
-        cluster, "pass", opts, filename="<t>", run_key="k", full=True, observers=[watcher]
-    )
+    cell = Program(source="pass", filename="<t>", argv=("<t>",))
+    ctl = RunController(cluster, cell, opts, run_key="k", full=True, observers=[watcher])
     return ctl, watcher
 
 
