@@ -48,6 +48,7 @@ _PUBLIC = {
     "checkpoint": "nbdist.worker.checkpoint",
     "restore": "nbdist.worker.checkpoint",
     "restored": "nbdist.worker.checkpoint",
+    "steps": "nbdist.worker.steps",
     # framework adapters, one line each (see nbdist.worker.integrations)
     "LightningLogger": "nbdist.worker.integrations.lightning",
     "AccelerateTracker": "nbdist.worker.integrations.accelerate",

@@ -21,6 +21,7 @@ import os
 import selectors
 import signal
 import sys
+import traceback
 
 _LIFELINE_PERIOD = 0.5  # seconds between checks that the kernel is still there
 
@@ -84,6 +85,9 @@ def _engine(profile_dir: str, cluster_id: str, log_dir: str, inherited: list[int
             ]
         )
         code = 0
+    except Exception:
+        traceback.print_exc()  # into the engine's log: os._exit below would lose it
+        sys.stderr.flush()
     finally:
         os._exit(code)
 

@@ -43,7 +43,7 @@ class RankFailure:
     summary: str  # "ValueError: bad shape"
     traceback: str = ""  # formatted, without the summary line
     at: float = 0.0  # time.time() on the engine when it failed
-    kind: str = "error"  # error | interrupted | died | timeout | hung
+    kind: str = "error"  # error | interrupted | storage | died | timeout | hung
 
     @property
     def bystander(self) -> bool:
@@ -121,3 +121,8 @@ class CellInterrupted(KeyboardInterrupt):
 
     def _render_traceback_(self) -> list[str]:
         return [f"KeyboardInterrupt: {self}"]
+
+
+class CheckpointWriteError(NbdistError):
+    """A checkpoint could not be written (disk full, folder gone, I/O error): the storage
+    failed, not the person's code, so ``--restarts`` retries the cell."""

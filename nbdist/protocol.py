@@ -182,7 +182,8 @@ class PackedValue:
 class CellOutcome:
     """How a cell ended on one rank.
 
-    ``kind``: ``ok``; ``error`` (the cell raised); ``interrupted``; and, made by the kernel for
+    ``kind``: ``ok``; ``error`` (the cell raised); ``interrupted``; ``storage`` (a checkpoint
+    could not be written: retried by ``--restarts``); and, made by the kernel for
     a rank that could not answer, ``died`` (its engine is gone), ``hung`` (killed for not
     stopping) or ``timeout`` (stopped by ``--timeout``).
     """

@@ -86,6 +86,14 @@ def no_front_end(monkeypatch):
     monkeypatch.setattr("IPython.display.display", lambda *a, **k: _Handle())
 
 
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """This test's own nbdist data directory (run store, cluster records, profile)."""
+    path = tmp_path / "nbdist-data"
+    monkeypatch.setenv("NBDIST_DATA_DIR", str(path))
+    return path
+
+
 @contextlib.contextmanager
 def data_dir_env(path):
     """``NBDIST_DATA_DIR`` set to ``path`` (for this process and what it starts), then restored."""

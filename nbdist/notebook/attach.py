@@ -20,6 +20,7 @@ from ..server import registry
 from ..worker import api
 from . import fanout, placement, session
 from .engines.hosted import HostedEngines
+from .engines.processes import Pids
 
 if TYPE_CHECKING:
     import ipyparallel as ipp
@@ -81,7 +82,7 @@ def attach(cluster_id: str | None = None) -> session.Cluster:
     except BaseException:
         engines.stop()
         raise
-    engines.engine_pids = {s.pid for s in slots}
+    engines.engine_pids = Pids(s.pid for s in slots)
     cluster.slots = slots
     cluster.inventory = {
         s.engine_id: rec.inventory.get(s.engine_id)

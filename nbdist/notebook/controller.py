@@ -123,6 +123,11 @@ class RunController:
     def _recover(self) -> None:
         """RECOVERING: fresh engines (or fewer ranks), the journal replayed, the group re-formed."""
         lost = sorted(set(self.report.lost))
+        if not lost:  # every engine lives (a full disk, say): the same ranks go again, on a
+            self.cluster.group_ready = False  # fresh group, with all their names still there
+            self._tell("restart")
+            self._enter(Phase.RUNNING)
+            return
         try:
             if self.decision is recovery.Decision.RESTART:
                 try:
@@ -169,7 +174,7 @@ class RunController:
             if self.full:
                 cluster.group_ready = not rep.group_broken  # the cell may have destroyed it
             cluster.journal_cell(self.program, self.opts.ranks, self.run_key)
-        gave_up = self.failure is recovery.Failure.WORKER_LOST and self.opts.restarts
+        gave_up = self.failure.retryable and self.opts.restarts
         if rep.failures and gave_up and not self.note:
             note = (note + "\n" if note else "") + (
                 f"nbdist: gave up after {self.opts.restarts} restart(s)"

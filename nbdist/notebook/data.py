@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import time
 import uuid
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,8 @@ def scatter(
     what to do when the rows do not divide evenly: ``"uneven"`` (some ranks get one row more),
     ``"drop"`` (leave the extra rows out) or ``"pad"`` (repeat rows). ``nbdist.loader(name)``
     batches a shard on the engines; ``gather(name)`` brings it back in the original order.
+    Recovery sends it again to fresh engines while the notebook still holds the data (it is
+    held weakly: ``del X`` frees it); a later scatter to the same ``name`` replaces it.
     """
     t0 = time.perf_counter()
     checks.check_name(name)
@@ -123,18 +126,9 @@ def scatter(
     )
     _send(cluster, meta, tags, arrays, is_tuple, shards)
     _scattered[name] = _Scattered(tuple(s.engine_id for s in cluster.slots), shards)
-    cluster.record(  # recovery sends it again to fresh engines, re-sharded to their number
-        functools.partial(
-            scatter,
-            name,
-            data,
-            shuffle=shuffle,
-            seed=seed,
-            stratify=stratify,
-            labels=labels,
-            remainder=remainder,
-        )
-    )
+    options = {"shuffle": shuffle, "seed": seed, "remainder": remainder}
+    redo = _Rescatter(name, {"data": data, "stratify": stratify, "labels": labels}, options)
+    cluster.record(redo, key=name)  # a later scatter to the same name takes this one's place
     how = ", ".join(
         [f"shuffled with seed {seed}" if shuffle else "in order"]
         + (["stratified"] if strat is not None else [])
@@ -146,6 +140,60 @@ def scatter(
         report.add_labels(shown, shards)
     print(report)
     return report
+
+
+class _Rescatter:
+    """Recovery's way to send a scatter again to fresh engines, re-sharded to their number.
+
+    The notebook's arrays are held weakly (``_weakly``), so ``del X`` in the notebook frees
+    them; recovery then says, in one line, that the data is gone instead of keeping it alive."""
+
+    def __init__(self, name: str, values: dict[str, Any], options: dict[str, Any]):
+        self.name, self.options = name, options
+        self.held = {k: _weakly(v) for k, v in values.items() if v is not None}
+
+    def __call__(self) -> str | None:
+        values = {k: get() for k, get in self.held.items()}
+        if any(v is None for v in values.values()):
+            return (
+                f"nbdist: the data scattered as {self.name!r} was deleted in the notebook (or "
+                f"was a temporary copy): the fresh engines have no {self.name}; scatter it again"
+            )
+        scatter(self.name, values.pop("data"), **values, **self.options)
+        return None
+
+
+def _weakly(value: Any) -> Callable[[], Any]:
+    """A callable giving ``value`` (an array, a tensor, or a tuple of them) back while the
+    notebook holds it, else None. A numpy view is rebuilt from the array it views, so a
+    scatter of ``X[:1000]`` is redone while ``X`` lives, and ``del X`` still frees ``X``."""
+    if isinstance(value, tuple):
+        parts = [_weakly(v) for v in value]
+
+        def members() -> tuple | None:
+            got = tuple(p() for p in parts)
+            return None if any(g is None for g in got) else got
+
+        return members
+    if isinstance(value, np.ndarray) and isinstance(value.base, np.ndarray):
+        root = value.base
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        ref = weakref.ref(root)
+        offset = value.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        shape, dtype, strides = value.shape, value.dtype, value.strides
+
+        def view() -> np.ndarray | None:
+            r = ref()
+            return None if r is None else np.ndarray(shape, dtype, r, offset, strides)
+
+        with contextlib.suppress(TypeError, ValueError, BufferError):
+            if view() is not None:
+                return view
+    try:
+        return weakref.ref(value)
+    except TypeError:  # a type that cannot be held weakly: held as it is
+        return lambda: value
 
 
 def _send(

@@ -71,13 +71,21 @@ def arrays_of(data: Any) -> tuple[list[str], list[np.ndarray], bool]:
 
 
 def labels_of(labels: Any, n: int, what: str) -> np.ndarray:
-    """``labels`` as a 1-D numpy array of length ``n``; ``what`` names the argument."""
+    """``labels`` as a 1-D numpy array of length ``n``, one class per distinct value; ``what``
+    names the argument. Floats are taken only when every value is a whole number (labels read
+    from a file often arrive as 0.0, 1.0, ...): any other float would be a class of its own."""
+    if isinstance(labels, np.ndarray) and labels.dtype == object:
+        raise UsageError(
+            f"{what} has dtype object: convert it to integers or strings, e.g. y.astype(int)"
+        )
     if not wire.is_array(labels):
         raise UsageError(
             f"{what} must be a 1-D numpy array or torch tensor of labels, not "
             f"{type(labels).__name__}"
         )
-    arr = wire.to_wire(labels)[0] if not isinstance(labels, np.ndarray) else labels
+    arr, tag = wire.to_wire(labels)
+    if tag.startswith("torch:") and tag.removeprefix("torch:") != str(arr.dtype):
+        raise UsageError(f"{what} has dtype {tag[6:]}: convert it, e.g. y.long()")
     if arr.ndim != 1:
         raise UsageError(
             f"{what} needs one label per row (a 1-D array), not shape "
@@ -88,6 +96,21 @@ def labels_of(labels: Any, n: int, what: str) -> np.ndarray:
             f"{what} has {len(arr)} labels but the data has {n} rows: they must "
             "be aligned, one label per row"
         )
+    if arr.dtype.kind == "c":
+        raise UsageError(f"{what} has complex labels: labels are integers, strings or booleans")
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            raise UsageError(
+                f"{what} has a NaN or infinite label (row {int(np.argmax(bad))}): drop or fill "
+                "those rows first"
+            )
+        frac = arr != np.floor(arr)
+        if frac.any():
+            raise UsageError(
+                f"{what} has labels that are not whole numbers (such as {arr[frac][0]:g}): each "
+                "value would be a class of its own; bin them first, e.g. np.digitize(y, bins)"
+            )
     return arr
 
 

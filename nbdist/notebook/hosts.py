@@ -12,6 +12,7 @@ A cluster file (TOML; YAML too where PyYAML is installed) holds what ``--hosts``
     ssh_options = ["-i", "~/.ssh/id_gpu"]     # default for every host
     env_check = "refuse"                      # or "warn"
     allow_mixed = false                       # ranks without a GPU beside ranks with one
+    oversubscribe = false                     # more than 4 engines per CPU of a host
 
     [[hosts]]
     host = "gpu1"
@@ -25,6 +26,9 @@ A cluster file (TOML; YAML too where PyYAML is installed) holds what ``--hosts``
     account = "ml"
 
 Keyword arguments given to ``nbdist.start`` (or options of ``%nbdist start``) win over the file.
+Host and user names are refused unless plausible (never starting with ``-``, no spaces, quotes
+or shell characters): they reach ssh's command line. A cluster file is code all the same: its
+``python``, ``ssh_options`` and launcher options name commands that run.
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ import re
 import shlex
 from pathlib import Path
 
+from .. import paths
 from ..config import ClusterConfig, HostSpec, RemoteConfig
 from ..errors import UsageError
 
 #: Keys a cluster file's top level may hold (besides ``hosts`` and ``launcher_options``).
-_FILE_KEYS = {
+FILE_KEYS = {
     "launcher",
     "ip",
     "python",
@@ -57,6 +62,7 @@ _FILE_KEYS = {
     "heartbeat_ms",
     "hosts",
     "launcher_options",
+    "oversubscribe",
 }
 _HOST_KEYS = {f.name for f in dataclasses.fields(HostSpec)} | {"host"}
 _HOST_DEFAULTS = ("python", "interface", "ssh_options")  # top-level defaults for every host
@@ -82,7 +88,9 @@ def parse_hosts(text: str, **defaults) -> tuple[HostSpec, ...]:
                 "give them a name in ~/.ssh/config, or use a cluster file)"
             )
         n = m["n"]
-        if n is not None and not (n.isdigit() and int(n) >= 1):
+        if n is not None and not (
+            re.fullmatch(r"[0-9]{1,6}", n) and int(n) >= 1
+        ):  # not '²'.isdigit()
             raise UsageError(f"--hosts entry {item!r}: engines after ':' must be a number >= 1")
         specs.append(
             _host(dict(defaults, name=m["host"], user=m["user"], engines=int(n or 1)), item)
@@ -105,7 +113,10 @@ def _host(values: dict, where: str) -> HostSpec:
         raise UsageError(f'{where}: every [[hosts]] entry needs host = "name"')
     opts = values.get("ssh_options", ())
     if isinstance(opts, str):
-        opts = shlex.split(opts)
+        try:
+            opts = shlex.split(opts)
+        except ValueError as exc:  # unbalanced quotes
+            raise UsageError(f"{where}: ssh_options: {exc}") from None
     if not isinstance(opts, (list, tuple)) or not all(isinstance(o, str) for o in opts):
         raise UsageError(f'{where}: ssh_options must be a list of strings, like ["-i", "key"]')
     values["ssh_options"] = tuple(opts)
@@ -131,7 +142,7 @@ def _no_duplicates(specs: list[HostSpec]) -> None:
 
 def read_cluster_file(path: str | Path) -> dict:
     """The options in a cluster file (TOML, or YAML where PyYAML is installed), checked."""
-    p = Path(path).expanduser()
+    p = paths.expand(path, "the cluster file")
     if not p.is_file():
         raise UsageError(f"no cluster file at {p}: check the path (or use --hosts)")
     text = p.read_text()
@@ -153,11 +164,11 @@ def read_cluster_file(path: str | Path) -> dict:
             raise UsageError(f"cluster file {p} is not valid TOML: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"cluster file {p} must be a table of settings")
-    unknown = set(data) - _FILE_KEYS
+    unknown = set(data) - FILE_KEYS
     if unknown:
         raise UsageError(
             f"cluster file {p}: unknown key(s) {', '.join(sorted(unknown))}; "
-            f"it takes {', '.join(sorted(_FILE_KEYS))}"
+            f"it takes {', '.join(sorted(FILE_KEYS))}"
         )
     hosts = data.get("hosts", [])
     if not isinstance(hosts, list) or not all(isinstance(h, dict) for h in hosts):
@@ -192,6 +203,8 @@ def cluster_config(n: int | None = None, **options) -> ClusterConfig:
         return ClusterConfig(n=2 if n is None else n, **given)
     options = given
     merged: dict = {}
+    if not isinstance(options.get("cluster_file", ""), (str, Path)):
+        raise UsageError(f"cluster_file must be a path, not {options['cluster_file']!r}")
     if options.get("cluster_file"):
         merged.update(read_cluster_file(options["cluster_file"]))
         file_hosts = merged.pop("hosts", [])
@@ -210,6 +223,10 @@ def cluster_config(n: int | None = None, **options) -> ClusterConfig:
         raise UsageError(f"unknown option(s) {', '.join(sorted(unknown))} for a remote cluster")
     defaults = {k: merged.pop(k) for k in _HOST_DEFAULTS if k in merged}
     hosts = merged.pop("hosts", None)
+    if not isinstance(hosts, (str, list, tuple, type(None))) or not all(
+        isinstance(h, (HostSpec, dict)) for h in ([] if isinstance(hosts, str) else hosts or [])
+    ):
+        raise UsageError(f"hosts must be a string like user@gpu1:4,user@gpu2:4, not {hosts!r}")
     if isinstance(hosts, str):
         specs = parse_hosts(hosts, **defaults)
     elif hosts:

@@ -7,6 +7,7 @@ to type instead.
 from __future__ import annotations
 
 import argparse
+import keyword
 import os
 import shlex
 
@@ -46,6 +47,12 @@ def _nbdist_parser() -> _Parser:
     s = sub.add_parser("start", help="start N engines with a ready process group")
     s.add_argument("-n", type=int, default=None, help="number of engines (ranks); default 2")
     s.add_argument("--threads", type=int, default=None, help="threads per engine")
+    s.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        default=None,
+        help="allow more engines (4 per CPU) or threads (1 per CPU) than the CPUs can serve",
+    )
     s.add_argument("--backend", choices=["gloo", "nccl"], default=None)
     # engines on other hosts (see nbdist.notebook.hosts and nbdist.notebook.engines.remote)
     s.add_argument("--hosts", default=None, help="engines over ssh: user@gpu1:4,user@gpu2:4")
@@ -148,6 +155,9 @@ def _key_value(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+_MAX_TOTAL = 10**15  # steps: the dashboard's numbers stay exact (below 2**53)
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -155,6 +165,8 @@ def _positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
+    if value > _MAX_TOTAL:
+        raise argparse.ArgumentTypeError(f"expected at most {_MAX_TOTAL:.0e} steps, not {text!r}")
     return value
 
 
@@ -198,6 +210,7 @@ class NbdistMagics(Magics):
                 ip=args.ip,
                 allow_mixed=args.allow_mixed,
                 env_check=args.env_check,
+                oversubscribe=args.oversubscribe,
             )
             print(
                 f"nbdist: {len(c.slots)} ranks ready ({c.backend}, {c.cfg.threads} thread(s) "
@@ -231,13 +244,17 @@ class NbdistMagics(Magics):
         elif args.command == "run":
             from . import programs
 
+            opts = _cell_options(args)  # bad options first, then the file, then the cluster
             program = programs.load(args.file, args.args)
-            session.current()  # no cluster: that error first
+            session.current()
             name = args.name or os.path.basename(args.file)
-            programs.run_watched(program, _cell_options(args), name)
+            programs.run_watched(program, opts, name)
         elif args.command == "pull":
+            target = args.target
+            if target is not None and (not target.isidentifier() or keyword.iskeyword(target)):
+                raise UsageError(f"--as {target!r} is not a variable name: use letters, digits, _")
             value = session.current().pull(args.name, rank=args.rank)
-            self.shell.user_ns[args.target or args.name] = value
+            self.shell.user_ns[target or args.name] = value
         return None
 
     @cell_magic

@@ -13,6 +13,7 @@ import os
 import tokenize
 from pathlib import Path
 
+from .. import paths
 from ..config import CellOptions
 from ..errors import UsageError
 from ..protocol import Program
@@ -22,8 +23,10 @@ from . import session
 def load(file: str | os.PathLike, args: tuple[str, ...] | list[str] = ()) -> Program:
     """``file`` as the ranks will run it; a one-line UsageError when it cannot be run (missing,
     a folder, not text, a syntax error) before any engine sees it."""
+    if not isinstance(file, (str, os.PathLike)) or not str(file).strip():
+        raise UsageError(f"%nbdist run: name a script file, not {file!r:.60}")
     shown = os.fspath(file)
-    path = Path(shown).expanduser()
+    path = paths.expand(shown, "%nbdist run: the script")
     where = f"looked in {Path.cwd()}" if not path.is_absolute() else "check the path"
     if not path.exists():
         raise UsageError(f"%nbdist run: no such file {shown!r} ({where})")

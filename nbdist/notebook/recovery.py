@@ -13,8 +13,14 @@ tested on its own (``tests/unit/test_recovery_policy.py``)::
     worker lost      > 0             yes           -                RESTART   (same size)
     worker lost      > 0             no            yes              SHRINK    (fewer ranks)
     worker lost      > 0             no            no               RAISE
+    storage          0               -             -                RAISE     (budget spent)
+    storage          > 0             yes           -                RESTART   (no rank lost)
+    storage          > 0             no            yes              SHRINK    (to the same size)
 
 A worker is lost when its engine died, hung past the progress deadline, or had to be killed.
+A cell stopped by ``--timeout`` is an app error, even when a rank that would not stop had to be
+killed on the way: the person's own deadline passed, and a retry would pass it again. Storage is
+a checkpoint that could not be written (disk full): retried, as the storage may recover.
 """
 
 from __future__ import annotations
@@ -28,6 +34,12 @@ class Failure(enum.Enum):
     INTERRUPTED = "interrupted"
     APP_ERROR = "app error"
     WORKER_LOST = "worker lost"
+    STORAGE = "storage"
+
+    @property
+    def retryable(self) -> bool:
+        """True when ``--restarts`` may run the cell again."""
+        return self in (Failure.WORKER_LOST, Failure.STORAGE)
 
 
 class Decision(enum.Enum):
@@ -50,14 +62,18 @@ class RunState:
 
 
 def classify(interrupted: bool, failure_kinds: list[str]) -> Failure:
-    """The failure of a cell from its ranks' failure kinds (see ``supervisor``)."""
+    """The failure of a cell from its ranks' failure kinds (see ``supervisor``; ``storage``
+    comes from the engine, ``runner._failure``), the first that applies in the table's order."""
+    kinds = set(failure_kinds)
     if interrupted:
         return Failure.INTERRUPTED
-    if any(k in ("died", "hung", "silent") for k in failure_kinds):
+    if "timeout" in kinds:  # a rank killed for not stopping at the deadline is no lost worker
+        return Failure.APP_ERROR
+    if kinds & {"died", "hung", "silent"}:
         return Failure.WORKER_LOST
-    if failure_kinds and all(k == "timeout" for k in failure_kinds):
-        return Failure.APP_ERROR  # --timeout is the person's own deadline: do not retry
-    if failure_kinds:
+    if "storage" in kinds:
+        return Failure.STORAGE
+    if kinds:
         return Failure.APP_ERROR
     return Failure.NONE
 
@@ -66,7 +82,7 @@ def decide(state: RunState, failure: Failure) -> tuple[Decision, RunState]:
     """The policy: what to do about ``failure``, and the counters afterwards."""
     if failure is Failure.NONE:
         return Decision.FINISH, state
-    if failure is not Failure.WORKER_LOST or state.restarts_left <= 0:
+    if not failure.retryable or state.restarts_left <= 0:
         return Decision.RAISE, state
     spent = replace(
         state, restarts_left=state.restarts_left - 1, restarts_done=state.restarts_done + 1

@@ -109,8 +109,15 @@ class RunList(list):
         p.text(repr(self))
 
 
+_MAX_LIMIT = 100_000
+
+
 def runs(limit: int = 20, store: RunStore | None = None) -> RunList:
     """The latest kept runs, newest first (each a ``Run``: ``run.metrics()``, ``run["status"]``)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _MAX_LIMIT:
+        raise UsageError(
+            f"runs(limit) takes a whole number of runs from 1 to {_MAX_LIMIT}, not {limit!r:.40}"
+        )
     store = store or RunStore()
     return RunList(Run(r, store) for r in store.list_runs(limit))
 

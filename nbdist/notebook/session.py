@@ -56,7 +56,9 @@ class Cluster:
         # every cell that succeeded, with its ranks (None: all), replayed on fresh engines
         # ...and notebook-side calls to redo (scatters), as callables, in the same order
         self.journal: list[tuple[Program, tuple[int, ...] | None, str] | Callable[[], object]] = []
+        self._journal_keys: dict[str, int] = {}  # a keyed step (a scatter's name): its place
         self._replaying = False
+        self.exited: dict[int, EngineExit] = {}  # engine deaths by pid (see drain_exits)
 
     # -- life -------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -140,13 +142,14 @@ class Cluster:
         return f"<nbdist.Cluster {len(self.slots)} ranks, backend {self.backend}>"
 
     # -- repair -----------------------------------------------------------------------------
-    def drain_exits(self) -> list[EngineExit]:
-        """Engine deaths reported since the last call."""
-        out = []
+    def drain_exits(self) -> dict[int, EngineExit]:
+        """Every engine death known, by pid: one between cells, or outside a ``--ranks`` cell,
+        is kept until a cell on that engine learns of it at once."""
         q = self.engines.exits
         while not q.empty():
-            out.append(q.get_nowait())
-        return out
+            ex = q.get_nowait()
+            self.exited[ex.pid] = ex
+        return self.exited
 
     def replace(self, ranks: list[int]) -> None:
         """Give these ranks fresh engines (same rank numbers) and re-form the group."""
@@ -156,6 +159,8 @@ class Cluster:
         inv = self._setup(new_ids)
         for r, eid in zip(ranks, new_ids, strict=True):
             self.slots = placement.substitute(self.slots, r, eid, inv[eid])
+        for s in self.slots:  # alive now, whatever died under the same pid before
+            self.exited.pop(s.pid, None)
             self.inventory[eid] = inv[eid]
         self._form_group()
 
@@ -202,6 +207,10 @@ class Cluster:
         full = opts.ranks is None or sorted(set(opts.ranks)) == list(range(n))
         if opts.restarts and not full:
             raise UsageError("--restarts needs every rank: drop --ranks")
+        if opts.min_workers is not None and opts.min_workers > n:
+            raise UsageError(
+                f"--min-workers {opts.min_workers} but the cluster has {n} ranks: give at most {n}"
+            )
         controller = RunController(
             self,
             program,
@@ -227,10 +236,20 @@ class Cluster:
             groups = self.rank_infos()
         return CellRun(self, program, opts, groups, run_key, observers).wait()
 
-    def record(self, redo: Callable[[], object]) -> None:
-        """Remember a notebook-side step (a scatter) that recovery must redo on fresh engines."""
-        if not self._replaying:
-            self.journal.append(redo)
+    def record(self, redo: Callable[[], str | None], key: str | None = None) -> None:
+        """Remember a notebook-side step (a scatter) that recovery must redo on fresh engines.
+
+        A step with the ``key`` of an earlier one (a scatter to the same name) takes its place
+        in the journal, so repeated scatters do not pile up. ``redo`` returns None, or one line
+        saying why it could not be redone (its data is gone from the notebook)."""
+        if self._replaying:
+            return
+        if key is not None and key in self._journal_keys:
+            self.journal[self._journal_keys[key]] = redo
+            return
+        if key is not None:
+            self._journal_keys[key] = len(self.journal)
+        self.journal.append(redo)
 
     def journal_cell(self, program: Program, ranks: tuple[int, ...] | None, run_key: str) -> None:
         """Remember a cell (or script) that succeeded, for replay on fresh engines."""
@@ -246,10 +265,14 @@ class Cluster:
             self._replaying = False
 
     def _replay_all(self) -> None:
+        notes = ""  # scatters that could not be redone: said at once, and with a failure
         for i, entry in enumerate(self.journal):
             if callable(entry):  # a scatter: re-sent, re-sharded for the current world size
                 with contextlib.redirect_stdout(io.StringIO()):
-                    entry()
+                    note = entry()
+                if isinstance(note, str):
+                    print(note)
+                    notes += f" ({note})"
                 continue
             program, ranks, run_key = entry
             opts = config.CellOptions(ranks=ranks, quiet=True)
@@ -258,7 +281,8 @@ class Cluster:
             if report.failures or report.interrupted:
                 err = DistributedCellError(report.failures or [], "") if report.failures else None
                 raise NbdistError(
-                    f"recovery failed while replaying earlier cell #{i + 1}: {err or 'interrupted'}"
+                    f"recovery failed while replaying earlier cell #{i + 1}: "
+                    f"{err or 'interrupted'}{notes}"
                 )
             if ranks is None:
                 self.group_ready = not report.group_broken
@@ -279,10 +303,9 @@ class Cluster:
     # -- data back --------------------------------------------------------------------------
     def pull(self, name: str, rank: int = 0):
         """Bring the engine variable ``name`` from ``rank`` into the notebook."""
-        if not name.isidentifier():
-            raise UsageError(f"{name!r} is not a variable name")
-        if not 0 <= rank < len(self.slots):
-            raise UsageError(f"rank must be between 0 and {len(self.slots) - 1}, not {rank}")
+        if not isinstance(name, str) or not name.isidentifier():
+            raise UsageError(f"{name!r} is not a variable name: use letters, digits and _")
+        rank = config.whole(rank, "rank", 0, len(self.slots) - 1)
         packed = self.client[self.slots[rank].engine_id].apply_sync(api.fetch, name)
         if packed is None:
             raise UsageError(f"name {name!r} is not defined on rank {rank}")
@@ -320,7 +343,8 @@ def start(n: int | None = None, **options) -> Cluster:
     """Start a cluster of ``n`` engines (default 2) with a ready process group; make it current.
 
     Engines on other hosts: ``hosts="user@gpu1:4,user@gpu2:4"``, ``cluster_file=...`` or
-    ``launcher="slurm"`` (see ``nbdist.notebook.hosts`` for every option)."""
+    ``launcher="slurm"`` (see ``nbdist.notebook.hosts`` for every option). More than 4 engines
+    per CPU, or more threads per engine than CPUs, only with ``oversubscribe=True``."""
     global _current
     cfg = hosts.cluster_config(n, **options)  # bad options fail before anything else
     if _current is not None:

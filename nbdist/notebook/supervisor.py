@@ -157,10 +157,10 @@ class CellRun:
         return [rk for rk in self.ranks.values() if rk.outcome is None]
 
     def _note_exits(self, report: CellReport) -> None:
-        by_pid = {rk.pid: rk for rk in self.ranks.values()}
-        for ex in self.cluster.drain_exits():
-            rk = by_pid.get(ex.pid)
-            if rk is not None and rk.outcome is None:
+        exited = self.cluster.drain_exits()
+        for rk in self.ranks.values():
+            ex = exited.get(rk.pid)
+            if ex is not None and rk.outcome is None:
                 rk.outcome = _lost("died", f"engine process {ex.describe()} (pid {ex.pid})")
 
     def _stop_running(self, report: CellReport) -> None:
@@ -261,7 +261,11 @@ class CellRun:
                 if rk.rank == self.main_rank:
                     report.value = unpack(out.value)
                 continue
-            if timed_out and out.kind == "interrupted":
+            if timed_out and out.kind in ("interrupted", "hung"):
+                # the cell's own deadline, not a lost worker: --restarts does not retry it (an
+                # engine that would not stop was killed all the same, and is replaced after)
+                if out.kind == "hung":
+                    report.lost.append(rk.rank)
                 out = dataclasses.replace(
                     out,
                     kind="timeout",

@@ -3,7 +3,8 @@
 Two sources: the records of cluster hosts (clusters started from the sidebar, see ``registry``)
 and ipyparallel's cluster files in nbdist's profile (every nbdist cluster has one, including those
 a notebook kernel started with ``%nbdist start``). Starting a cluster spawns a host process and
-returns at once: the server never imports torch nor waits for engines.
+returns at once: the server never imports torch nor waits for engines. Listing writes nothing
+(the sidebar polls it); a data folder that is not fit is a one-line UsageError.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from pathlib import Path
 
 import psutil
 
+from .. import config, datadir
 from ..errors import trim
 from . import registry
 
-#: Most engines the sidebar starts on this machine at once.
-MAX_ENGINES = 64
 #: How long the sidebar shows a host that failed to start.
 FAILED_SHOWN_FOR = 600.0
 
@@ -38,24 +38,36 @@ class ClusterError(Exception):
         self.status = status
 
 
-def parse_count(value: object) -> int:
-    """The engine count from a request, or a ClusterError that names the problem and the fix."""
-    if isinstance(value, bool) or value is None:
-        n = None
-    elif isinstance(value, int):
+def max_engines() -> int:
+    """The most engines a cluster on this machine may have (``config.engine_limit``)."""
+    return config.engine_limit(config.cpu_count())
+
+
+def parse_count(value: object, high: int | None = None) -> int:
+    """The engine count from a request (1 to ``high``, default ``max_engines()``), or a
+    ClusterError that names the problem and the fix."""
+    high = max_engines() if high is None else high
+    n = None
+    if isinstance(value, int) and not isinstance(value, bool):
         n = value
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif isinstance(value, str) and re.fullmatch(r"\s*[0-9]{1,9}\s*", value):
         n = int(value)
     elif isinstance(value, float) and value.is_integer():
         n = int(value)
-    else:
-        n = None
-    if n is None or not 1 <= n <= MAX_ENGINES:
+    if n is None or not 1 <= n <= high:
+        shown = trim_repr(value)
         raise ClusterError(
             400,
-            f"the number of engines must be a whole number from 1 to {MAX_ENGINES}, not {value!r}",
+            f"the number of engines must be a whole number from 1 to {high} (this machine's "
+            f"CPUs x {config.ENGINES_PER_CPU}, at least {config.MIN_ENGINE_LIMIT}), not {shown}",
         )
     return n
+
+
+def trim_repr(value: object, width: int = 40) -> str:
+    """``repr(value)``, cut to ``width`` characters (for one-line errors)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 class Clusters:
@@ -96,9 +108,12 @@ class Clusters:
         """Ask the host of ``cluster_id`` to stop its cluster; return at once (``stopping``)."""
         for rec in registry.live():
             if rec.cluster_id == cluster_id:
-                try:
-                    os.kill(rec.pid, signal.SIGTERM)
-                except ProcessLookupError:
+                host = registry.host_process(rec.pid)
+                try:  # the process checked to be the host, not a later one with its pid
+                    if host is None:
+                        break
+                    host.send_signal(signal.SIGTERM)
+                except psutil.NoSuchProcess:
                     break
                 return _entry(
                     cluster_id=cluster_id,
@@ -114,11 +129,12 @@ class Clusters:
                 f"cluster {cluster_id} belongs to a notebook kernel: stop it there with "
                 "%nbdist stop (or shut that kernel down)",
             )
-        raise ClusterError(404, f"no running cluster {cluster_id!r}: refresh the list")
+        raise ClusterError(404, f"no running cluster {trim_repr(cluster_id)}: refresh the list")
 
     # -- listing ------------------------------------------------------------------------------
     def list(self) -> list[dict]:
         """Every cluster on this machine: starting, running or stopping, or recently failed."""
+        datadir.check()
         self._reap()
         out: list[dict] = []
         seen_hosts: set[int] = set()
@@ -157,6 +173,11 @@ class Clusters:
                 text = log.read_text(errors="replace")
             except OSError:
                 pass
+            try:  # the server's own files, about its own child: not the user's data
+                log.unlink(missing_ok=True)
+                registry.remove(pid)  # a host that died without cleaning up
+            except OSError:
+                pass
             if code != 0:
                 self._failed.append(
                     _entry(
@@ -168,14 +189,12 @@ class Clusters:
                         error=trim(text.strip(), head=5, tail=10) or f"exit status {code}",
                     )
                 )
-            log.unlink(missing_ok=True)
-            registry.remove(pid)  # a host that died without cleaning up
 
     def _kernel_clusters(self, known_ids: set[str], host_pids: set[int]) -> list[dict]:
         """Clusters whose controller runs, from ipyparallel's cluster files in nbdist's profile."""
-        from ..notebook.engines.processes import profile_dir  # neither ipyparallel nor torch
+        from ..notebook.engines.processes import profile_path  # neither ipyparallel nor torch
 
-        profile = profile_dir()
+        profile = profile_path()
         out = []
         for f in sorted((profile / "security").glob("cluster-*.json")):
             try:

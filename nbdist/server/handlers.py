@@ -1,4 +1,5 @@
-"""The sidebar's endpoints, under ``/nbdist/api/``; every verb requires Jupyter's authentication.
+"""The sidebar's endpoints, under ``/nbdist/api/``; every verb requires Jupyter's authentication
+and its authorization (``@authorized``, on resource ``nbdist.clusters`` or ``nbdist.runs``).
 
     GET    clusters                       clusters on this machine and their engines
     POST   clusters            {"n": N}   start a local cluster of N engines (202, at once)
@@ -9,40 +10,60 @@
     GET    runs/ID/health                 each rank's latest health: ok, slow, silent or dead
     GET    runs/ID/events                 its events, oldest first
 
-Errors are JSON ``{"message": ...}``, one line that names the problem and the fix.
+Errors are JSON ``{"message": ...}``, one line that names the problem and the fix: 400 for a bad
+id, parameter or body, 404 for what is not there, 503 when nbdist's data folder or run store
+cannot be used (``datadir``: someone else's folder, one you cannot write, a damaged store).
+A GET writes nothing.
 
-The run store is read on a small pool of threads (``_READERS``), never on the server's event
-loop: while a run is live the sidebar polls its health and metrics four times a second, and a
-read that waits on the kernel's writer must not hold up every other request of the server.
+Nothing blocks the server's event loop: the run store is read on a small pool of threads
+(``nbdist-store``; while a run is live the sidebar polls its health and metrics four times a second,
+and a read that waits on the kernel's writer must not hold up every other request), and the
+cluster actions (listing reads files and processes; starting spawns one) run on a thread of
+their own (``nbdist-clusters``), one at a time (``Clusters`` keeps state).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import tornado.web
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
+from ..errors import UsageError
 from ..telemetry.store import RunStore
-from .clusters import ClusterError, Clusters, parse_count
+from .clusters import ClusterError, Clusters, parse_count, trim_repr
+
+#: ``auth_resource`` of the handlers, for Jupyter's authorizer (actions: read, write, execute).
+CLUSTERS_RESOURCE = "nbdist.clusters"
+RUNS_RESOURCE = "nbdist.runs"
 
 _SETTINGS_KEY = "nbdist"
-_READERS: ThreadPoolExecutor | None = None  # the run store's readers, one pool per process
+_POOLS: dict[str, ThreadPoolExecutor] = {}  # one of each per process, made on first use
+_RUN_ID = re.compile(r"[0-9]{1,18}")
+_CLUSTER_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 
-def _readers() -> ThreadPoolExecutor:
-    global _READERS
-    if _READERS is None:
-        _READERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nbdist-store")
-    return _READERS
+def _pool(name: str, workers: int) -> ThreadPoolExecutor:
+    if name not in _POOLS:
+        _POOLS[name] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+    return _POOLS[name]
 
 
 class _Base(APIHandler):
+    async def prepare(self) -> None:
+        """Authentication first, for every request: a verb a route lacks is 403 too, not 405."""
+        await super().prepare()
+        if self.current_user is None and self.request.method != "OPTIONS":  # CORS preflight
+            raise tornado.web.HTTPError(403)
+
     @property
     def clusters(self) -> Clusters:
         return self.settings[_SETTINGS_KEY]["clusters"]
@@ -56,35 +77,68 @@ class _Base(APIHandler):
 
     def _int_arg(self, name: str, default: int, low: int, high: int) -> int:
         raw = self.get_query_argument(name, str(default))
-        try:
-            value = int(raw)
-        except ValueError:
-            value = None
+        value = int(raw) if re.fullmatch(r"[0-9]{1,19}", raw) else None
         if value is None or not low <= value <= high:
             raise tornado.web.HTTPError(
-                400, f"{name} must be a whole number from {low} to {high}, not {raw!r}"
+                400, f"{name} must be a whole number from {low} to {high}, not {trim_repr(raw)}"
             )
         return value
 
     async def _read(self, read: Callable[..., Any], *args: Any) -> Any:
         """``read(store, *args)`` on a reader thread (an HTTPError it raises reaches tornado)."""
-        return await IOLoop.current().run_in_executor(_readers(), read, self.store, *args)
+        store = self.store
+        try:
+            return await IOLoop.current().run_in_executor(
+                _pool("nbdist-store", 2), read, store, *args
+            )
+        except UsageError as e:  # the data folder
+            raise tornado.web.HTTPError(503, str(e)) from None
+        except (sqlite3.Error, OSError) as e:
+            raise tornado.web.HTTPError(
+                503,
+                f"the run store {store.path} cannot be read ({type(e).__name__}: "
+                f"{_one_line(e)}): try again, or move it aside if it is damaged",
+            ) from None
+
+    async def _act(self, action: Callable[..., Any], *args: Any) -> Any:
+        """``action(*args)`` (a ``Clusters`` method) on the cluster thread; its refusals as
+        HTTP errors."""
+        try:
+            return await IOLoop.current().run_in_executor(
+                _pool("nbdist-clusters", 1), action, *args
+            )
+        except ClusterError as e:
+            raise tornado.web.HTTPError(e.status, str(e)) from None
+        except UsageError as e:  # the data folder
+            raise tornado.web.HTTPError(503, str(e)) from None
+        except OSError as e:
+            raise tornado.web.HTTPError(
+                503, f"nbdist could not do that ({type(e).__name__}: {_one_line(e)})"
+            ) from None
 
     def _send(self, data: dict, status: int = 200) -> None:
         self.set_status(status)
         self.finish(json.dumps(data))
 
 
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:300]
+
+
 class ClustersHandler(_Base):
-    @tornado.web.authenticated
-    def get(self) -> None:
-        self._send({"clusters": self.clusters.list()})
+    auth_resource = CLUSTERS_RESOURCE
 
     @tornado.web.authenticated
-    def post(self) -> None:
+    @authorized
+    async def get(self) -> None:
+        self._send({"clusters": await self._act(self.clusters.list)})
+
+    @tornado.web.authenticated
+    @authorized("execute")  # starts processes that will run the notebooks' code
+    async def post(self) -> None:
         try:
             body = json.loads(self.request.body or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             raise tornado.web.HTTPError(400, 'the body must be JSON like {"n": 2}') from None
         if not isinstance(body, dict) or "n" not in body:
             raise tornado.web.HTTPError(400, 'say how many engines to start: {"n": 2}')
@@ -92,59 +146,95 @@ class ClustersHandler(_Base):
             n = parse_count(body["n"])
         except ClusterError as e:
             raise tornado.web.HTTPError(e.status, str(e)) from None
-        self._send(self.clusters.start(n), status=202)
+        self._send(await self._act(self.clusters.start, n), status=202)
 
 
 class ClusterHandler(_Base):
+    auth_resource = CLUSTERS_RESOURCE
+
     @tornado.web.authenticated
-    def delete(self, cluster_id: str) -> None:
-        try:
-            self._send(self.clusters.stop(cluster_id), status=202)
-        except ClusterError as e:
-            raise tornado.web.HTTPError(e.status, str(e)) from None
+    @authorized
+    async def delete(self, cluster_id: str) -> None:
+        if not _CLUSTER_ID.fullmatch(cluster_id):
+            raise tornado.web.HTTPError(
+                400,
+                f"{trim_repr(cluster_id)} is not a cluster id: use one that GET "
+                "/nbdist/api/clusters lists",
+            )
+        self._send(await self._act(self.clusters.stop, cluster_id), status=202)
 
 
 class RunsHandler(_Base):
+    auth_resource = RUNS_RESOURCE
+
     @tornado.web.authenticated
+    @authorized
     async def get(self) -> None:
         limit = self._int_arg("limit", 100, 1, 1000)
         self._send({"runs": await self._read(RunStore.list_runs, limit)})
 
 
 class RunHandler(_Base):
+    auth_resource = RUNS_RESOURCE
+
     @tornado.web.authenticated
+    @authorized
     async def get(self, run_id: str) -> None:
-        self._send({"run": await self._read(_run, run_id)})
+        rid = _run_id(run_id)
+        self._send({"run": await self._read(_run, rid)})
 
 
 class MetricsHandler(_Base):
+    auth_resource = RUNS_RESOURCE
+
     @tornado.web.authenticated
+    @authorized
     async def get(self, run_id: str) -> None:
+        rid = _run_id(run_id)
         since = self._int_arg("since_id", 0, 0, 2**62)
-        rows = await self._read(lambda store: store.metrics(_run(store, run_id)["id"], since))
+        rows = await self._read(lambda store: store.metrics(_run(store, rid)["id"], since))
         self._send({"metrics": rows, "last_id": rows[-1]["id"] if rows else since})
 
 
 class HealthHandler(_Base):
+    auth_resource = RUNS_RESOURCE
+
     @tornado.web.authenticated
+    @authorized
     async def get(self, run_id: str) -> None:
-        workers = await self._read(lambda store: store.health(_run(store, run_id)["id"]))
+        rid = _run_id(run_id)
+        workers = await self._read(lambda store: store.health(_run(store, rid)["id"]))
         self._send({"workers": workers})
 
 
 class EventsHandler(_Base):
+    auth_resource = RUNS_RESOURCE
+
     @tornado.web.authenticated
+    @authorized
     async def get(self, run_id: str) -> None:
-        events = await self._read(lambda store: store.events(_run(store, run_id)["id"]))
+        rid = _run_id(run_id)
+        events = await self._read(lambda store: store.events(_run(store, rid)["id"]))
         self._send({"events": events})
 
 
-def _run(store: RunStore, run_id: str) -> dict:
-    """The run ``run_id`` or a 404 that says what a run id looks like."""
-    run = store.get_run(int(run_id)) if run_id.isdigit() else None
+def _run_id(run_id: str) -> int:
+    """The run id in a path, or a 400 that says what a run id looks like."""
+    if not _RUN_ID.fullmatch(run_id):
+        raise tornado.web.HTTPError(
+            400,
+            f"{trim_repr(run_id)} is not a run id: run ids are the numbers GET "
+            "/nbdist/api/runs lists",
+        )
+    return int(run_id)
+
+
+def _run(store: RunStore, run_id: int) -> dict:
+    """The run ``run_id`` or a 404 that says where run ids come from."""
+    run = store.get_run(run_id)
     if run is None:
         raise tornado.web.HTTPError(
-            404, f"no run {run_id!r}: run ids are the numbers GET /nbdist/api/runs lists"
+            404, f"no run '{run_id}': run ids are the numbers GET /nbdist/api/runs lists"
         )
     return run
 

@@ -10,7 +10,8 @@ Jupyter server) goes away; then it stops every engine and the controller, remove
 and exits 0. Notebooks use the cluster through ``nbdist.attach()``, which talks to this process
 over a Unix socket beside the record (owner-only, like the record): one JSON line a request.
 
-``{"op": "spawn", "n": N}``: start N more engines; the reply ``{"ids": [...], "pids": [...]}``.
+``{"op": "spawn", "n": N}``: start N more engines; the reply ``{"ids": [...], "pids": [...]}``
+(refused when the cluster would have more live engines than ``clusters.max_engines()``).
 ``{"op": "watch"}``: the host writes ``{"exit": PID, "status": S}`` for each engine that ends.
 """
 
@@ -27,8 +28,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict, replace
 
+import psutil
+
+from .. import config
 from ..protocol import HostRecord, SlotRecord
-from . import registry
+from . import clusters, registry
 
 
 class _Control:
@@ -38,7 +42,8 @@ class _Control:
         self.cluster = cluster
         self.record = record
         self.path = path
-        self._lock = threading.Lock()  # one spawn at a time: the ipyparallel client is not shared
+        self._spawning = threading.Lock()  # one spawn at a time: the client is not shared
+        self._lock = threading.Lock()  # the watchers (not held while engines start: deaths flow)
         self._watchers: list[socket.socket] = []
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
@@ -69,7 +74,7 @@ class _Control:
                     self._watchers.append(conn)
                 return  # kept open; _forward_exits writes to it
             if op == "spawn":
-                reply = self._spawn(int(req.get("n", 1)))
+                reply = self._spawn(req.get("n", 1))
             else:
                 reply = {"error": f"unknown request {op!r}"}
         except Exception as exc:  # a bad request must not take the host down
@@ -79,9 +84,19 @@ class _Control:
         finally:
             conn.close()
 
-    def _spawn(self, n: int) -> dict:
-        with self._lock:
+    def _spawn(self, count: object) -> dict:
+        try:
+            n = clusters.parse_count(count)
+        except clusters.ClusterError as e:
+            return {"error": str(e)}
+        with self._spawning:
             engines = self.cluster.engines
+            live = sum(psutil.pid_exists(pid) for pid in engines.engine_pids)
+            if live + n > clusters.max_engines():
+                return {
+                    "error": f"{n} more engines would make {live + n}, more than this machine's "
+                    f"limit of {clusters.max_engines()} (its CPUs x {config.ENGINES_PER_CPU})"
+                }
             before = set(engines.engine_pids)
             ids = engines.add_engines(n, known=set(engines.client.ids))
             pids = sorted(engines.engine_pids - before)

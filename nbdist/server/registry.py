@@ -5,7 +5,8 @@ it starts and rewrites it when its cluster is ready; it removes it when it leave
 written atomically (never half-written) and readable by their owner alone, in a directory of
 mode 0700 that also holds each host's control socket. The server lists these records and
 ``nbdist.attach()`` connects a notebook to the cluster one describes. A record is a
-``protocol.HostRecord``; files that do not hold one are skipped.
+``protocol.HostRecord``; files that do not hold one are skipped. Beside each record, the host's
+lease file (``lease_path``): the attached notebook's lock (see ``engines.hosted.Lease``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from .. import config
+from .. import config, datadir
 from ..errors import UsageError
 from ..protocol import HostRecord
 
@@ -25,12 +26,10 @@ _HOST_MODULE = "nbdist.server.host"
 
 
 def records_dir(create: bool = False) -> Path:
-    """The directory of host records and control sockets (made private when created)."""
-    path = config.data_dir() / "clusters"
+    """The directory of host records and control sockets (made, mode 0700, when ``create``)."""
     if create:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path, 0o700)
-    return path
+        return datadir.private_dir(datadir.ensure() / "clusters")
+    return config.data_dir() / "clusters"
 
 
 def record_path(pid: int) -> Path:
@@ -56,21 +55,34 @@ def write(record: HostRecord) -> None:
         raise
 
 
+def lease_path(pid: int) -> Path:
+    """The lock file of the notebook attached to the host with this pid."""
+    return records_dir() / f"host-{pid}.lease"
+
+
 def remove(pid: int) -> None:
-    """Forget the record and socket of the host with this pid."""
-    record_path(pid).unlink(missing_ok=True)
-    socket_path(pid).unlink(missing_ok=True)
+    """Forget the record, socket and lease file of the host with this pid."""
+    for path in (record_path(pid), socket_path(pid), lease_path(pid)):
+        path.unlink(missing_ok=True)
+
+
+def host_process(pid: int | None) -> psutil.Process | None:
+    """The running cluster host ``pid`` (not a zombie, not a recycled pid), or None; signal it
+    through this object: psutil refuses a pid that was given to another process since."""
+    if not pid:
+        return None
+    try:
+        p = psutil.Process(pid)
+        if p.status() != psutil.STATUS_ZOMBIE and _HOST_MODULE in " ".join(p.cmdline()):
+            return p
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    return None
 
 
 def host_alive(pid: int | None) -> bool:
     """True while ``pid`` is a running cluster host (not a zombie, not a recycled pid)."""
-    if not pid:
-        return False
-    try:
-        p = psutil.Process(pid)
-        return p.status() != psutil.STATUS_ZOMBIE and _HOST_MODULE in " ".join(p.cmdline())
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+    return host_process(pid) is not None
 
 
 def read(path: Path) -> HostRecord | None:
@@ -88,7 +100,9 @@ def read(path: Path) -> HostRecord | None:
 
 
 def read_all() -> list[HostRecord]:
-    """Every record on disk, live or stale, newest first; unreadable files are skipped."""
+    """Every record on disk, live or stale, newest first; unreadable files are skipped. A data
+    folder that is not fit (``datadir.check``) is a one-line UsageError; nothing is written."""
+    datadir.check()
     folder = records_dir()
     if not folder.is_dir():
         return []

@@ -1,8 +1,9 @@
 """The run store: every ``%%distributed`` run's options, metrics, health and events, in SQLite.
 
 One file, ``data_dir()/runs.sqlite`` by default (``$NBDIST_DATA_DIR`` moves it), readable by its
-owner only. WAL mode with short transactions and a busy timeout: the kernel writes while the
-Jupyter server (another process) reads. Every reader returns plain, JSON-safe data named as in
+owner only, in a data folder checked to be the user's own (``datadir``: a reader creates nothing).
+WAL mode with short transactions and a busy timeout: the kernel writes while the Jupyter server
+(another process) reads. Every reader returns plain, JSON-safe data named as in
 ``telemetry.events`` (the sidebar's types follow the same names): a loss that is NaN or infinite
 comes back as ``None`` with ``nonfinite`` set to ``"nan"``, ``"inf"`` or ``"-inf"``.
 
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import config
+from .. import config, datadir
 from . import tables
 from .events import (
     EVENT_COLUMNS,
@@ -45,10 +46,13 @@ def default_path() -> Path:
 
 
 class RunStore:
-    """The SQLite run store at ``path`` (default ``data_dir()/runs.sqlite``)."""
+    """The SQLite run store at ``path`` (default ``data_dir()/runs.sqlite``); a write waits up to
+    ``busy_timeout`` seconds for another writer, then raises "database is locked"."""
 
-    def __init__(self, path: str | os.PathLike | None = None):
+    def __init__(self, path: str | os.PathLike | None = None, busy_timeout: float = 10.0):
+        self._in_data_dir = path is None
         self.path = Path(path) if path is not None else default_path()
+        self.busy_timeout = busy_timeout
         self._local = threading.local()
         self._ready = False
 
@@ -57,15 +61,19 @@ class RunStore:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             return conn
+        if self._in_data_dir and create:  # someone else's folder, one we cannot write: one line
+            datadir.ensure(self.path.parent)
+        elif self._in_data_dir:
+            datadir.check(self.path.parent)
         if not create and not self.path.exists():
             return None
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             if not self.path.exists():  # owner-only from the first byte
                 os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
-        conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         if create:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode.lower() != "wal":
@@ -298,7 +306,12 @@ class _tx:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error:  # busy or full: leave no transaction open for the next write
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
         elif self.conn.in_transaction:  # SQLite may have rolled back already (a full disk)
             self.conn.execute("ROLLBACK")
         return False

@@ -4,22 +4,30 @@ The kernel's main thread calls the typed methods (``add_metrics``, ``put_health`
 ``add_events``, ``update_run``, ``end_run``, ``delete_run``); each queues its work, and every
 ``interval`` the thread writes what is queued, in order, merging consecutive appends to one table
 into one transaction. ``flush_soon()`` has it write at once, for news that must not wait (a rank
-died: the sidebar shows it within a second). When the store cannot be written (a read-only
-directory, a full disk), ``error`` says why and every later write is dropped: the caller shows
-one warning and the run goes on.
+died: the sidebar shows it within a second). When another process holds the store ("database is
+locked", past the store's busy timeout), what is queued stays queued, in order, and is written
+again after a pause that doubles up to ``MAX_PAUSE`` seconds: nothing is lost, unless the store
+stays locked for ``give_up_after`` seconds. When the store cannot be written (a read-only
+directory, a full disk, or locked that long), ``error`` says why and every later write is
+dropped: the caller shows one warning and the run goes on.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import UsageError
 from .events import MetricRecord, RunEvent, WorkerHealth
 from .store import RunStore
+
+#: Longest pause between two tries at writing to a locked store, in seconds.
+MAX_PAUSE = 2.0
 
 
 @dataclass
@@ -34,20 +42,25 @@ class _Append:
 class StoreWriter:
     """Queues a run's writes; a daemon thread stores them every ``interval`` seconds."""
 
-    def __init__(self, store: RunStore, interval: float = 0.5):
+    def __init__(self, store: RunStore, interval: float = 0.5, give_up_after: float = 300.0):
         self.store = store
         self.interval = interval
+        self.give_up_after = give_up_after
         self.error: str | None = None
+        self.retries = 0  # writes put off because the store was locked
         self._ops: deque[_Append | Callable[[RunStore], None]] = deque()
         self._wake = threading.Event()
         self._stop = False
+        self._close_by = 0.0
+        self._pause = interval
+        self._locked_since: float | None = None
         self._thread: threading.Thread | None = None
 
     def start_run(self, **fields: Any) -> int | None:
         """Record the run now (its id is needed at once); None when the store is unwritable."""
         try:
             run_id = self.store.start_run(**fields)
-        except (sqlite3.Error, OSError) as e:
+        except (sqlite3.Error, OSError, UsageError) as e:  # UsageError: the data folder
             self.error = f"{type(e).__name__}: {e}"
             return None
         self._thread = threading.Thread(target=self._loop, name="nbdist-store", daemon=True)
@@ -98,11 +111,14 @@ class StoreWriter:
 
     # -- the thread --------------------------------------------------------------------------------
     def _loop(self) -> None:
-        while not self._stop:
-            self._wake.wait(self.interval)
+        while True:
+            self._wake.wait(self._pause)
             self._wake.clear()  # before writing: a later flush_soon() wakes the next wait
             self._flush()
-        self._flush()
+            if self._stop and (
+                not self._ops or self.error is not None or time.monotonic() > self._close_by
+            ):
+                return
 
     def _flush(self) -> None:
         merged: list[_Append | Callable[[RunStore], None]] = []
@@ -119,7 +135,7 @@ class StoreWriter:
                 merged.append(
                     _Append(op.write, op.run_id, list(op.rows)) if isinstance(op, _Append) else op
                 )
-        for op in merged:
+        for i, op in enumerate(merged):
             if self.error is not None:
                 return
             try:
@@ -127,12 +143,39 @@ class StoreWriter:
                     op.write(self.store, op.run_id, op.rows)
                 else:
                     op(self.store)
-            except (sqlite3.Error, OSError) as e:
+            except sqlite3.OperationalError as e:
+                if not _locked(e):
+                    self.error = f"{type(e).__name__}: {e}"
+                    return
+                self._put_back(merged[i:], e)  # its transaction was rolled back: none written
+                return
+            except (sqlite3.Error, OSError, UsageError) as e:
                 self.error = f"{type(e).__name__}: {e}"
+                return
+        self._pause, self._locked_since = self.interval, None
+
+    def _put_back(self, ops: list, e: sqlite3.OperationalError) -> None:
+        """Queue ``ops`` again, ahead of what came since, and pause longer before the next try
+        (or give up, when the store has been locked for ``give_up_after`` seconds)."""
+        now = time.monotonic()
+        self._locked_since = self._locked_since or now
+        if now - self._locked_since > self.give_up_after:
+            self.error = f"{type(e).__name__}: {e} (for {self.give_up_after:g} s)"
+            return
+        self.retries += 1
+        self._ops.extendleft(reversed(ops))
+        self._pause = min(MAX_PAUSE, max(self.interval, 2 * self._pause))
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued and stop the thread."""
+        """Write what is queued (trying for up to ``timeout`` s) and stop the thread."""
+        self._close_by = time.monotonic() + timeout
         self._stop = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+def _locked(e: sqlite3.OperationalError) -> bool:
+    """True for "database is locked" (or busy): another connection holds the store for now."""
+    text = str(e).lower()
+    return "locked" in text or "busy" in text

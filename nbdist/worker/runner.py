@@ -11,12 +11,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import linecache
+import os
 import re
 import sys
 import time
 import traceback
 from typing import Any
 
+from ..errors import CheckpointWriteError, NbdistError
 from ..protocol import CellOutcome, CellRequest, PackedValue, Program
 from . import checkpoint, rendezvous, reporter, script
 
@@ -74,14 +76,24 @@ def _transform(program: Program) -> str:
 def _failure(exc: BaseException) -> CellOutcome:
     """The exception as the notebook shows it: the user's frames only, and a one-line summary."""
     tb = traceback.TracebackException.from_exception(exc)
-    # Drop nbdist's frames above the user's code.
-    frames = [f for f in tb.stack if f.filename not in _OWN_FILES]
+    # Drop nbdist's frames above the user's code; for nbdist's own errors (bad input to an
+    # nbdist function), those below it too: the person sees their line and the one-line message.
+    ours = isinstance(exc, NbdistError)
+    frames = [
+        f
+        for f in tb.stack
+        if f.filename not in _OWN_FILES and not (ours and f.filename.startswith(_PACKAGE))
+    ]
     tb.stack = traceback.StackSummary.from_list(frames)
     lines = list(tb.format())
+    if ours and lines:
+        lines[-1] = f"{type(exc).__name__}: {exc}\n"  # not nbdist.errors.UsageError
     summary = lines[-1].strip() if lines else repr(exc)
     # gloo's messages carry a C++ source path and a paragraph of advice: keep the fact only.
     summary = re.sub(r"\[/\S+?\.(cc|cpp|h):\d+\] ", "", summary).split(" This is typically")[0]
     kind = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
+    if isinstance(exc, CheckpointWriteError):
+        kind = "storage"  # the storage failed, not the person's code: --restarts retries it
     if isinstance(exc, SystemExit):
         kind, summary = script.exit_status(exc) or ("ok", "")
         lines = lines[-1:] if kind == "error" else []  # where it exited says nothing more
@@ -91,6 +103,7 @@ def _failure(exc: BaseException) -> CellOutcome:
 
 
 _OWN_FILES = {__file__, script.__file__}
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _execute(program: Program, want_value: bool) -> PackedValue | None:

@@ -16,7 +16,7 @@ import sys
 
 import psutil
 import pytest
-from conftest import assert_gone, wait_until
+from conftest import assert_gone, start_kernel, wait_until
 
 from nbdist.server import registry
 
@@ -97,6 +97,53 @@ def test_detach_leaves_the_cluster_running_and_attach_again(kernel, host):
     assert kernel.ok("%nbdist attach").stdout.startswith("nbdist: attached")
     assert kernel.ok(ALL_REDUCE).result == "2.0"
     kernel.ok("%nbdist stop")
+
+
+def test_one_notebook_at_a_time(kernel, host):
+    """Two notebooks driving the same engines would deadlock each other's collectives: the
+    second attach is refused in one line naming the holder, until it detaches or dies."""
+    proc, rec = host
+    kernel.ok("%nbdist attach")
+    other = start_kernel()
+    try:
+        assert error_line(other.run("%nbdist attach")) == (
+            f"UsageError: cluster {rec.cluster_id} is in use by another notebook (kernel pid "
+            f"{kernel.pid}): run %nbdist stop there, or shut that kernel down, then attach"
+        )
+        kernel.ok("%nbdist stop")  # detached: the cluster is free
+        assert other.ok("%nbdist attach").stdout.startswith("nbdist: attached")
+        assert other.ok(ALL_REDUCE).result == "2.0"
+        assert f"(kernel pid {other.pid})" in error_line(kernel.run("%nbdist attach"))
+    finally:
+        pids = [other.pid, *other.descendants()]
+        other.kc.stop_channels()
+        other.km.shutdown_kernel(now=True)  # SIGKILL: no exit handler runs
+        assert_gone(pids, timeout=15)
+    assert kernel.ok("%nbdist attach").stdout.startswith("nbdist: attached")  # freed by its end
+    assert kernel.ok(ALL_REDUCE).result == "2.0"
+    kernel.ok("%nbdist stop")
+
+
+def test_the_host_refuses_more_engines_than_the_machine_takes(host):
+    """The control socket's spawn is bounded like the sidebar's start: CPUs x 4, at least 8."""
+    from nbdist.errors import NbdistError
+    from nbdist.notebook.engines.hosted import ask
+    from nbdist.server.clusters import max_engines
+
+    proc, rec = host
+    high = max_engines()
+    before = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+    for n, words in [
+        (10**6, f"whole number from 1 to {high}"),
+        ("²", "not '²'"),
+        (0, "not 0"),
+        (high - 1, f"{high - 1} more engines would make {high + 1}, more than this machine's "),
+    ]:
+        with pytest.raises(NbdistError, match="the cluster host refused spawn") as e:
+            ask(rec.socket, {"op": "spawn", "n": n}, timeout=30)
+        assert words in str(e.value) and "\n" not in str(e.value)
+    after = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+    assert after <= before  # nothing was started
 
 
 def test_stopping_the_host_stops_everything(host):

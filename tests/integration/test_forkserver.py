@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
+import subprocess
+import sys
+import threading
 import time
 
 import psutil
-from conftest import assert_gone
+from conftest import assert_gone, wait_until
 
 import nbdist
+from nbdist._lifeline import identity
 
 
 def test_the_fork_server_has_one_thread_and_reports_a_death_at_once():
@@ -34,3 +39,62 @@ def test_the_fork_server_has_one_thread_and_reports_a_death_at_once():
     finally:
         c.stop()
     assert_gone(pids)
+
+
+def test_every_death_is_reported_when_engines_die_as_fast_as_they_start(tmp_path):
+    """Engines killed the moment they are forked, many at once: SIGCHLDs that arrive together
+    merge into one, so the server's loop must collect every child that ended. Each death is
+    reported exactly once, with its status; none is lost, none is left a zombie."""
+    profile, log = tmp_path / "profile", tmp_path / "log"
+    (profile / "security").mkdir(parents=True)
+    log.mkdir()
+    env = dict(os.environ, NBDIST_PARENT_PID=identity())
+    server = subprocess.Popen(
+        [sys.executable, "-m", "nbdist._forkserver", str(profile), "nbdist-none", str(log)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in server.stdout], daemon=True).start()
+    pids: list[int] = []
+    exits: dict[int, list[int]] = {}
+
+    def take(word: str) -> list[str]:
+        while True:
+            got = lines.get(timeout=60).split()
+            if got[0] == "exit":
+                exits.setdefault(int(got[1]), []).append(int(got[2]))
+            if got[0] == word:
+                return got
+
+    try:
+        take("ready")
+        for batch in (1, 8, 3, 16, 2, 10):  # 40 engines, forked in bursts
+            server.stdin.write("spawn\n" * batch)
+            server.stdin.flush()
+            fresh = [int(take("pid")[1]) for _ in range(batch)]
+            for pid in fresh:
+                os.kill(pid, signal.SIGKILL)
+            pids += fresh
+
+        def all_reported() -> bool:
+            while not lines.empty():
+                take_now = lines.get_nowait().split()
+                if take_now[0] == "exit":
+                    exits.setdefault(int(take_now[1]), []).append(int(take_now[2]))
+            return set(exits) >= set(pids)
+
+        wait_until(all_reported, 30, what="a death report for every engine")
+        assert {pid: exits[pid] for pid in pids} == {pid: [-signal.SIGKILL] for pid in pids}
+        assert not psutil.Process(server.pid).children()  # no zombies
+    finally:
+        if server.poll() is None:
+            server.stdin.write("exit\n")
+            server.stdin.flush()
+        server.wait(timeout=30)
+        for stream in (server.stdin, server.stdout):
+            stream.close()
+    assert_gone(pids + [server.pid])

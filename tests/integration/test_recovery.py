@@ -114,11 +114,11 @@ def test_more_failures_than_restarts_is_a_clear_final_error(cluster, tmp_path):
 
 
 def test_kill_during_a_checkpoint_write_never_loads_the_damaged_file(cluster, tmp_path):
-    folder = tmp_path / "ck"
+    folder = tmp_path / "ck" / "t"  # run 't' under dir=tmp_path/ck
     cluster.run(
         "import torch\n"
         "big = {'w': torch.zeros(8)}\n"
-        f"nbdist.checkpoint(1, dir={str(folder)!r}, big=big)"
+        f"nbdist.checkpoint(1, dir={str(folder.parent)!r}, run='t', big=big)"
     )
     rank0 = cluster.slots[0].pid
     killed = threading.Event()
@@ -132,23 +132,24 @@ def test_kill_during_a_checkpoint_write_never_loads_the_damaged_file(cluster, tm
     with pytest.raises(DistributedCellError):  # 400 MB: long enough to be caught mid-write
         cluster.run(
             "big = {'w': torch.ones(100_000_000)}\n"
-            f"nbdist.checkpoint(2, dir={str(folder)!r}, big=big)"
+            f"nbdist.checkpoint(2, dir={str(folder.parent)!r}, run='t', big=big)"
         )
     assert killed.is_set()
     assert not (folder / "step-00000002.json").exists()
     got = cluster.run(
         "import torch\nbig = {'w': torch.full((8,), 5.0)}\n"
-        f"step = nbdist.restore(dir={str(folder)!r}, big=big)\n"
+        f"step = nbdist.restore(dir={str(folder.parent)!r}, run='t', big=big)\n"
         "(step, big['w'].sum().item())"
     )
     assert got == (2, 0.0)  # step 1's checkpoint, never the half-written step 2
 
 
 def test_damaged_latest_checkpoint_falls_back(cluster, tmp_path):
-    folder = tmp_path / "ck"
+    folder = tmp_path / "ck" / "t"
+    ck = f"dir={str(folder.parent)!r}, run='t'"
     cluster.run(
         "import torch\nw = {'v': torch.zeros(2)}\n"
-        f"for s in (3, 6):\n    w['v'] += 1\n    nbdist.checkpoint(s, dir={str(folder)!r}, w=w)"
+        f"for s in (3, 6):\n    w['v'] += 1\n    nbdist.checkpoint(s, {ck}, w=w)"
     )
     latest = folder / "step-00000006.pt"
     data = bytearray(latest.read_bytes())
@@ -156,19 +157,20 @@ def test_damaged_latest_checkpoint_falls_back(cluster, tmp_path):
     latest.write_bytes(bytes(data))
     out = cluster.run(
         "import torch\nw = {'v': torch.zeros(2)}\n"
-        f"step = nbdist.restore(dir={str(folder)!r}, w=w)\n"
+        f"step = nbdist.restore({ck}, w=w)\n"
         "(step, w['v'].tolist())"
     )
     assert out == (4, [1.0, 1.0])
 
 
 def test_checkpoints_are_kept_bounded_and_read_by_rank_0_only(cluster, tmp_path):
-    folder = tmp_path / "only-rank0"
+    folder = tmp_path / "only-rank0" / "t"
     # rank 1 is told a folder that does not exist: restore must not need it
     cluster.run(
         "import torch\nw = {'v': torch.zeros(1)}\n"
-        f"d = {str(folder)!r} if nbdist.rank() == 0 else '/nonexistent/nbdist'\n"
-        "for s in range(6):\n    w['v'] += 1\n    nbdist.checkpoint(s, dir=d, keep=3, w=w)"
+        f"d = {str(folder.parent)!r} if nbdist.rank() == 0 else '/nonexistent/nbdist'\n"
+        "for s in range(6):\n    w['v'] += 1\n"
+        "    nbdist.checkpoint(s, dir=d, run='t', keep=3, w=w)"
     )
     assert sorted(p.name for p in folder.glob("step-*.pt")) == [
         "step-00000003.pt",
@@ -176,7 +178,7 @@ def test_checkpoints_are_kept_bounded_and_read_by_rank_0_only(cluster, tmp_path)
         "step-00000005.pt",
     ]
     out = cluster.run(
-        "w = {'v': torch.zeros(1)}\nnbdist.restore(dir=d, w=w), w['v'].item()",
+        "w = {'v': torch.zeros(1)}\nnbdist.restore(dir=d, run='t', w=w), w['v'].item()",
         CellOptions(all_output=True),
     )
     assert out == (6, 6.0)

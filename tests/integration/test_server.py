@@ -20,18 +20,11 @@ from conftest import assert_gone
 from tornado.httpclient import HTTPClientError
 
 from nbdist.server import handlers, registry
+from nbdist.server.clusters import max_engines
 from nbdist.telemetry.store import RunStore
 
 API = ("nbdist", "api")
 VERBS = ("get", "head", "post", "put", "patch", "delete", "options")
-
-
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    """This test's own nbdist data directory (run store, cluster records, profile)."""
-    path = tmp_path / "nbdist-data"
-    monkeypatch.setenv("NBDIST_DATA_DIR", str(path))
-    return path
 
 
 @pytest.fixture
@@ -88,7 +81,8 @@ async def fetch_error(jp_fetch, *parts, **kw) -> tuple[int, str]:
 
 
 def test_every_handler_verb_requires_authentication():
-    """Fails when someone adds a handler, or a verb, without @tornado.web.authenticated."""
+    """Fails when someone adds a handler, or a verb, without @tornado.web.authenticated (the
+    @authorized beneath it: test_server_hardening)."""
     checked = 0
     for _path, cls in handlers.ROUTES:
         for verb in VERBS:
@@ -194,7 +188,7 @@ async def test_runs_when_no_store_exists_yet(jp_fetch, data_dir):
     "parts,params,status,words",
     [
         (("runs", "999"), None, 404, "no run '999'"),
-        (("runs", "abc", "health"), None, 404, "run ids are the numbers"),
+        (("runs", "abc", "health"), None, 400, "'abc' is not a run id: run ids are the numbers"),
         (("runs", "999", "metrics"), None, 404, "no run"),
         (("runs",), {"limit": "lots"}, 400, "limit must be a whole number"),
         (("runs",), {"limit": "0"}, 400, "from 1 to 1000"),
@@ -222,7 +216,7 @@ async def test_no_clusters_yet(jp_fetch, data_dir):
 @pytest.mark.parametrize(
     "body,words",
     [
-        ({"n": "two"}, "whole number from 1 to 64, not 'two'"),
+        ({"n": "two"}, f"whole number from 1 to {max_engines()} (this machine's CPUs x 4"),
         ({"n": 0}, "not 0"),
         ({"n": 1.5}, "not 1.5"),
         ({"n": True}, "not True"),

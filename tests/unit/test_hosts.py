@@ -247,3 +247,93 @@ def test_differences_warn_instead_when_asked():
 def test_gpu_counts_may_differ_but_cuda_availability_may_not():
     inv = {0: _inv("gpu1", gpus=8), 1: _inv("gpu2", gpus=4)}
     assert inventory.differences(inventory.host_rows(inv)) == []
+
+
+# -- names that reach ssh's command line, and what a host can run --------------------------------
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("-oProxyCommand=x:1", "is not a host name"),
+        ("-oProxyCommand=x@gpu1:1", "'-oProxyCommand=x' is not a user name"),
+        ("gpu1;id:1", "'gpu1;id' is not a host name"),
+        ("$(id)@gpu1", "is not a user name"),
+        ("gpu`id`", "is not a host name"),
+    ],
+)
+def test_host_and_user_names_that_ssh_would_read_as_options_or_a_shell_would_run(text, words):
+    with pytest.raises(UsageError, match=words) as e:
+        hosts.parse_hosts(text)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "host, words",
+    [
+        ({"host": "-oProxyCommand=touch /tmp/x"}, "is not a host name"),
+        ({"host": "gpu1", "user": "-l root"}, "is not a user name"),
+        ({"host": "gpu1", "interface": "eth0; id"}, "is not a valid interface"),
+        ({"host": "gpu1", "environment": {"A;id": "1"}}, "environment must be a table"),
+        ({"host": "gpu1", "python": "python3\nid"}, "name the Python to run there"),
+    ],
+)
+def test_cluster_file_hosts_are_refused_when_not_plausible(tmp_path, host, words):
+    f = tmp_path / "cluster.toml"
+    f.write_text("[[hosts]]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in host.items()))
+    with pytest.raises(UsageError, match=words) as e:
+        hosts.cluster_config(cluster_file=str(f))
+    assert "\n" not in str(e.value)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f'"{k}" = {_toml_value(x)}' for k, x in v.items()) + " }"
+    return '"' + v.replace("\n", "\\n") + '"'
+
+
+def test_ordinary_names_addresses_and_pythons_pass():
+    (spec,) = hosts.parse_hosts("alice.b-c_1@gpu-1.example.org:2", python="/opt/my env/python")
+    assert (spec.user, spec.name, spec.python) == (
+        "alice.b-c_1",
+        "gpu-1.example.org",
+        "/opt/my env/python",
+    )
+    assert HostSpec("10.0.0.5", interface="ib0", address="fe80::1%ib0").name == "10.0.0.5"
+
+
+def test_engines_and_threads_per_host_are_bounded_by_its_cpus_unless_oversubscribed():
+    from nbdist import config
+    from nbdist.notebook.engines.remote import checks
+
+    facts = {"gpu1": checks.HostFacts("3.11", "/usr/bin/python3", 4, None)}
+    many = hosts.cluster_config(hosts="gpu1:17")
+    with pytest.raises(UsageError) as e:
+        checks.threads_per_engine(many, facts)
+    assert str(e.value) == (
+        "17 engines: host gpu1 has 4 CPU(s), enough for at most 16 (4 per CPU, at least 8): "
+        "use fewer, or add --oversubscribe (oversubscribe=True) if you mean it"
+    )
+    with pytest.raises(UsageError, match="5 threads per engine: host gpu1 has 4 CPU"):
+        checks.threads_per_engine(hosts.cluster_config(hosts="gpu1:2", threads_per_engine=5), facts)
+    assert checks.threads_per_engine(hosts.cluster_config(hosts="gpu1:16"), facts) == 1
+    over = hosts.cluster_config(hosts="gpu1:17", threads_per_engine=8, oversubscribe=True)
+    assert checks.threads_per_engine(over, facts) == 8
+    assert config.engine_limit(1) == 8 and config.engine_limit(64) == 256
+
+
+def test_a_cluster_file_can_say_oversubscribe(tmp_path):
+    f = tmp_path / "cluster.toml"
+    f.write_text('oversubscribe = true\n[[hosts]]\nhost = "gpu1"\nengines = 2\n')
+    assert hosts.cluster_config(cluster_file=str(f)).oversubscribe
+
+
+def test_schedulers_refuse_only_absurd_engine_counts():
+    assert hosts.cluster_config(4096, launcher="slurm").n == 4096
+    with pytest.raises(UsageError, match="100000 engines from slurm: more than 4096"):
+        hosts.cluster_config(100000, launcher="slurm")
+    assert hosts.cluster_config(100000, launcher="slurm", oversubscribe=True).n == 100000
+
+
+def test_the_local_launcher_keeps_the_controller_on_loopback():
+    with pytest.raises(UsageError, match="every engine runs here"):
+        hosts.cluster_config(2, launcher="local", ip="0.0.0.0")
+    assert hosts.cluster_config(2, launcher="local", ip="127.0.0.1").remote.ip == "127.0.0.1"

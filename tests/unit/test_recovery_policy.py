@@ -169,3 +169,92 @@ def test_controller_fails_in_one_error_when_recovery_cannot_happen():
     assert watcher.phases[-1] == ("recovering", "failed")
     with pytest.raises(RuntimeError, match="cannot go from"):
         ctl._enter(Phase.RUNNING)
+
+
+# -- the table in recovery's docstring is the policy: every row, checked against decide() -------
+
+
+def _table_rows() -> list[tuple]:
+    """(failure, restarts left, replaceable, >= min workers, decision) for each row."""
+    import re
+
+    import nbdist.notebook.recovery as recovery
+
+    rows = []
+    for line in recovery.__doc__.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) >= 5 and cells[4] in Decision.__members__:
+            rows.append((Failure(cells[0]), *cells[1:5]))
+    return rows
+
+
+def test_the_docstring_table_lists_every_failure():
+    assert {row[0] for row in _table_rows()} == set(Failure)
+    assert len(_table_rows()) == 10
+
+
+@pytest.mark.parametrize("row", _table_rows(), ids=lambda r: " ".join(map(str, r)))
+def test_each_row_of_the_docstring_table_is_what_decide_does(row):
+    failure, restarts, replaceable, enough, expected = row
+    left = {"-": 1, "0": 0, "> 0": 1}[restarts]
+    lost = 0 if failure is Failure.STORAGE else 1  # a storage failure loses no rank
+    state = RunState(
+        restarts_left=left,
+        world_size=4,
+        min_workers=3 if enough != "no" else 4,
+        lost=lost,
+        replaceable=replaceable != "no",
+    )
+    decision, after = decide(state, failure)
+    assert decision is Decision[expected]
+    spent = decision in (Decision.RESTART, Decision.SHRINK)
+    assert after.restarts_left == left - spent
+
+
+def test_a_timed_out_cell_is_not_retried_even_when_a_rank_was_killed_on_the_way():
+    # --timeout interrupts every rank; one that does not stop within stop_wait is killed as
+    # "hung" by the supervisor: the cell still ended by the person's deadline, not a lost worker
+    for kinds in (["timeout", "hung"], ["hung", "timeout"], ["timeout", "died"], ["timeout"]):
+        failure = classify(False, kinds)
+        assert failure is Failure.APP_ERROR, kinds
+        decision, after = decide(RunState(restarts_left=3, world_size=2, min_workers=2), failure)
+        assert decision is Decision.RAISE and after.restarts_left == 3
+
+
+def test_a_rank_hung_past_the_progress_deadline_stays_retryable():
+    assert classify(False, ["hung", "error"]) is Failure.WORKER_LOST
+    state = RunState(restarts_left=1, world_size=2, min_workers=2, lost=1)
+    assert decide(state, Failure.WORKER_LOST)[0] is Decision.RESTART
+
+
+def test_a_checkpoint_that_could_not_be_written_is_retried_on_the_same_engines():
+    assert classify(False, ["storage", "error"]) is Failure.STORAGE  # rank 1 a bystander
+    assert classify(False, ["storage", "died"]) is Failure.WORKER_LOST  # a lost worker wins
+    assert classify(True, ["storage"]) is Failure.INTERRUPTED
+    assert Failure.STORAGE.retryable and Failure.WORKER_LOST.retryable
+    assert not Failure.APP_ERROR.retryable and not Failure.INTERRUPTED.retryable
+    state = RunState(restarts_left=1, world_size=2, min_workers=2)
+    decision, after = decide(state, Failure.STORAGE)
+    assert decision is Decision.RESTART and after.restarts_left == 0 and after.restarts_done == 1
+    assert after.world_size == 2  # nobody was lost
+    assert decide(after, Failure.STORAGE) == (Decision.RAISE, after)  # the budget is spent
+
+
+def test_controller_retries_a_storage_failure_without_losing_a_rank():
+    failure = RankFailure(0, "CheckpointWriteError: could not write", "", 0.0, "storage")
+    bystander = RankFailure(1, "RuntimeError: Connection closed by peer", "", 0.1, "error")
+    report = CellReport(failures=[failure, bystander], group_broken=True)
+    groups = []
+
+    class _Cluster(_ScriptedCluster):
+        def run_once(self, *args):
+            groups.append(self.group_ready)
+            return super().run_once(*args)
+
+    cluster = _Cluster([report, CellReport(value=7)])
+    ctl, watcher = _controller(cluster)
+    assert ctl.run() == 7
+    # every engine lives: nothing replaced, nothing replayed, the same ranks on a fresh group
+    assert cluster.calls == ["run", "run", "journal"]
+    assert groups == [True, False]
+    assert watcher.events == [("failure", 0), ("restart", None)]

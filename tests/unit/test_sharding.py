@@ -194,6 +194,31 @@ def test_gather_refuses_what_cannot_be_joined():
             "stratify needs one label per row (a 1-D array), not shape (3, 2)",
         ),
         (lambda: data_checks.labels_of([0, 1], 2, "labels"), "labels must be a 1-D numpy array"),
+        (
+            lambda: data_checks.labels_of(np.linspace(0, 1, 5), 5, "stratify"),
+            "stratify has labels that are not whole numbers (such as 0.25): each value would be "
+            "a class of its own; bin them first, e.g. np.digitize(y, bins)",
+        ),
+        (
+            lambda: data_checks.labels_of(np.array([0.0, np.nan, 1.0]), 3, "stratify"),
+            "stratify has a NaN or infinite label (row 1): drop or fill those rows first",
+        ),
+        (
+            lambda: data_checks.labels_of(np.array([0, 1], dtype=object), 2, "stratify"),
+            "stratify has dtype object: convert it to integers or strings",
+        ),
+        (
+            lambda: data_checks.labels_of(np.array([1j, 2]), 2, "labels"),
+            "labels has complex labels",
+        ),
+        (
+            lambda: data_checks.labels_of(torch.ones(3, dtype=torch.bfloat16), 3, "stratify"),
+            "stratify has dtype bfloat16: convert it, e.g. y.long()",
+        ),
+        (
+            lambda: data_checks.labels_of(np.zeros(4), 5, "stratify"),
+            "stratify has 4 labels but the data has 5 rows",
+        ),
         (lambda: data_checks.check_options("wrap", 0), "remainder must be 'drop', 'pad' or"),
         (lambda: data_checks.check_options("pad", True), "seed must be a whole number >= 0"),
         (lambda: data_checks.check_options("pad", -1), "seed must be a whole number >= 0"),
@@ -213,3 +238,10 @@ def test_arrays_of_shares_the_datas_memory():
     assert tags == ["numpy", "torch:float32"] and is_tuple
     assert arrays[0] is x and np.shares_memory(arrays[1], t.numpy())
     assert data_checks.labels_of(torch.arange(4), 4, "stratify").tolist() == [0, 1, 2, 3]
+
+
+def test_whole_number_float_labels_are_classes_like_integers():
+    as_float = data_checks.labels_of(np.array([0.0, 1.0, 1.0, 2.0, 0.0, 2.0]), 6, "stratify")
+    shards = plan(6, 2, labels=as_float)
+    same = plan(6, 2, labels=as_float.astype(int))
+    assert [s.indices().tolist() for s in shards] == [s.indices().tolist() for s in same]

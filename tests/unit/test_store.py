@@ -9,11 +9,13 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from conftest import wait_until
 
+from nbdist.errors import UsageError
 from nbdist.telemetry.events import MetricRecord, RunEvent, WorkerHealth
 from nbdist.telemetry.store import RunStore, default_path
 from nbdist.telemetry.writer import StoreWriter
@@ -322,6 +324,106 @@ def test_a_full_disk_mid_run_stops_recording_but_not_the_caller(tmp_path):
     assert "full" in w.error
     w.add_events(rid, [RunEvent(0.0, "x", None, "", None)])  # ignored from now on
     w.close()
+
+
+def _hold(path) -> sqlite3.Connection:
+    """Another writer in the middle of a transaction: it holds the store's write lock."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
+
+
+def _metric(step: int) -> list[MetricRecord]:
+    return [MetricRecord(time.time(), step, 1.0, 8, None, None)]
+
+
+def test_a_locked_store_delays_recording_and_loses_nothing(tmp_path):
+    """ "database is locked" (another writer past the busy timeout) is waited out: what was
+    queued meanwhile is written once the lock goes, in order, and recording goes on."""
+    s = RunStore(tmp_path / "runs.sqlite", busy_timeout=0.05)
+    w = StoreWriter(s, interval=0.02)
+    rid = w.start_run(name="locked")
+    w.add_metrics(rid, 0, _metric(0))
+    wait_until(lambda: len(s.metrics(rid)) == 1, 10, what="the first row")
+    holder = _hold(s.path)
+    try:
+        for i in range(1, 40):
+            w.add_metrics(rid, 0, _metric(i))
+            if i == 20:
+                w.add_events(rid, [RunEvent(time.time(), "checkpoint", 0, "step 20", None)])
+                w.update_run(rid, step=20)
+        wait_until(lambda: w.retries >= 3, 10, what="the writer to meet the lock")
+        assert w.error is None and len(s.metrics(rid)) == 1  # readers are not blocked (WAL)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    for i in range(40, 50):
+        w.add_metrics(rid, 0, _metric(i))
+    w.update_run(rid, step=49)
+    wait_until(lambda: len(s.metrics(rid)) == 50, 10, what="the rows queued while locked")
+    w.close()
+    assert w.error is None
+    assert [r["step"] for r in s.metrics(rid)] == list(range(50))  # in order, each once
+    assert [e["kind"] for e in s.events(rid)] == ["checkpoint"] and s.get_run(rid)["step"] == 49
+
+
+def test_close_waits_out_a_lock_within_its_timeout(tmp_path):
+    s = RunStore(tmp_path / "runs.sqlite", busy_timeout=0.05)
+    w = StoreWriter(s, interval=60)
+    rid = w.start_run(name="closing")
+    held = threading.Event()
+
+    def hold_until_the_writer_waits():
+        holder = _hold(s.path)
+        held.set()
+        try:
+            wait_until(lambda: w.retries >= 2, 10, interval=0.01, what="a retry")
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+
+    t = threading.Thread(target=hold_until_the_writer_waits)
+    t.start()
+    assert held.wait(10)
+    w.add_metrics(rid, 0, _metric(0))
+    w.end_run(rid, "ok")
+    w.close(timeout=20)
+    t.join(10)
+    assert w.error is None and s.get_run(rid)["status"] == "ok" and len(s.metrics(rid)) == 1
+
+
+def test_a_store_locked_for_good_is_given_up_with_one_error(tmp_path):
+    s = RunStore(tmp_path / "runs.sqlite", busy_timeout=0.02)
+    w = StoreWriter(s, interval=0.02, give_up_after=0.5)
+    rid = w.start_run(name="stuck")
+    holder = _hold(s.path)
+    try:
+        w.add_metrics(rid, 0, _metric(0))
+        wait_until(lambda: w.error is not None, 15, what="the writer to give up")
+        assert w.error == "OperationalError: database is locked (for 0.5 s)"
+        w.add_metrics(rid, 0, _metric(1))  # dropped from now on, without an error
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    w.close()
+    assert s.metrics(rid) == []
+
+
+def test_a_data_folder_of_another_user_is_refused_by_readers_and_the_writer(tmp_path, monkeypatch):
+    """Records in someone else's folder could be planted: nothing is read or written there,
+    and the run goes on unrecorded with one warning (``error``)."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)
+    monkeypatch.setenv("NBDIST_DATA_DIR", str(theirs))
+    with pytest.raises(UsageError, match="belongs to another user"):
+        RunStore().list_runs()
+    w = StoreWriter(RunStore())
+    assert w.start_run(name="x") is None and "belongs to another user" in w.error
+    w.close()
+    assert os.listdir(theirs) == []
 
 
 def test_update_run_refuses_unknown_fields(tmp_path):

@@ -3,11 +3,17 @@ from this kernel (an ``EngineSet`` that owns nothing: ``stop`` only disconnects)
 
 The host (``nbdist.server.host``) is asked for more engines, and tells of engine deaths, over
 its control socket (owner-only, beside its record): one JSON line a request.
+
+One notebook at a time: two kernels driving the same engines would deadlock each other's
+collectives. ``start`` takes the cluster's lease (``Lease``) and ``stop`` gives it back; the
+operating system gives it back when the kernel exits, however it exits.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import queue
 import socket
 import threading
@@ -18,10 +24,11 @@ import ipyparallel as ipp
 import psutil
 
 from ...config import ClusterConfig
-from ...errors import NbdistError
+from ...errors import NbdistError, UsageError
 from ...protocol import HostRecord
+from ...server import registry
 from .base import EngineExit, OnThisMachine
-from .processes import close_quietly
+from .processes import Pids, close_quietly
 
 
 def ask(path: str, request: dict, timeout: float) -> dict:
@@ -34,6 +41,33 @@ def ask(path: str, request: dict, timeout: float) -> dict:
     if "error" in reply:
         raise NbdistError(f"the cluster host refused {request['op']}: {reply['error']}")
     return reply
+
+
+class Lease:
+    """This kernel's exclusive use of the cluster a host holds: an ``flock`` on a file beside the
+    host's record, naming the kernel's pid, held until ``release`` or the kernel's exit."""
+
+    def __init__(self, record: HostRecord):
+        path = registry.lease_path(record.pid)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by child processes
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise UsageError(
+                f"cluster {record.cluster_id} is in use by another notebook (kernel pid "
+                f"{holder}): run %nbdist stop there, or shut that kernel down, then attach"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Give the cluster back (the next notebook may attach)."""
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the lock
+            self._fd = None
 
 
 class HostedEngines(OnThisMachine):
@@ -56,14 +90,17 @@ class HostedEngines(OnThisMachine):
         self.cluster_id = record.cluster_id
         self.log_dir = Path(record.log_dir)
         self.host_pid = record.pid
-        self.engine_pids: set[int] = {s.pid for s in record.slots}
+        self.engine_pids = Pids(s.pid for s in record.slots)
         self.exits = queue.Queue()
         self.client = None
         self._watch: socket.socket | None = None
+        self._lease: Lease | None = None
 
     def start(self) -> ipp.Client:
-        """Connect to the controller and the host; the client once it sees every rank's engine.
-        Raises OSError or TimeoutError when the host or its engines cannot be reached."""
+        """Take the cluster's lease, connect to the controller and the host; the client once it
+        sees every rank's engine. Raises a one-line UsageError when another notebook holds the
+        cluster, OSError or TimeoutError when the host or its engines cannot be reached."""
+        self._lease = Lease(self.record)
         self._watch = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._watch.connect(self.record.socket)
@@ -105,16 +142,10 @@ class HostedEngines(OnThisMachine):
 
     def processes(self) -> list[psutil.Process]:
         """The engine processes (the host, its controller and fork server are not ours)."""
-        procs = []
-        for pid in self.engine_pids:
-            try:
-                procs.append(psutil.Process(pid))
-            except psutil.NoSuchProcess:
-                pass
-        return procs
+        return [p for pid in self.engine_pids if (p := self.engine_pids.process(pid))]
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Disconnect; the engines keep running for the host."""
+        """Disconnect and give the lease back; the engines keep running for the host."""
         close_quietly(self.client)
         self.client = None
         if self._watch is not None:
@@ -122,3 +153,6 @@ class HostedEngines(OnThisMachine):
                 self._watch.close()
             except OSError:
                 pass
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None

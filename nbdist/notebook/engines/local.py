@@ -25,6 +25,7 @@ from ... import config
 from ...errors import NbdistError
 from .base import EngineExit, OnThisMachine
 from .processes import (
+    Pids,
     close_quietly,
     owner_only,
     private_dir,
@@ -47,18 +48,21 @@ class _ForkServer:
             start_new_session=True,  # the notebook's interrupt is not for the engines
         )
         self.exits: queue.Queue[EngineExit] = queue.Queue()
+        self.ended: dict[int, int] = {}  # pid -> exit status: how add_engines learns of a death
         self._pids: queue.Queue[int] = queue.Queue()
         self._ready = threading.Event()
         threading.Thread(target=self._read, name="nbdist-forkserver", daemon=True).start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            word, *rest = line.split()
+            word, *rest = line.split() or [""]
             if word == "ready":
                 self._ready.set()
-            elif word == "pid":
+            elif word == "pid":  # said before any exit of that process: an old pid's is stale
+                self.ended.pop(int(rest[0]), None)
                 self._pids.put(int(rest[0]))
             elif word == "exit":
+                self.ended[int(rest[0])] = int(rest[1])
                 self.exits.put(EngineExit(int(rest[0]), int(rest[1])))
         self._ready.set()  # the server is gone: wake anyone waiting
 
@@ -115,7 +119,7 @@ class LocalEngines(OnThisMachine):
             log_level=40,
         )
         self.client: ipp.Client | None = None
-        self.engine_pids: set[int] = set()
+        self.engine_pids = Pids()  # each engine as first seen: signals never reach a reused pid
 
     @property
     def cluster_file(self) -> str:
@@ -147,27 +151,43 @@ class LocalEngines(OnThisMachine):
         return self.client
 
     def add_engines(self, n: int, known: set[int]) -> list[int]:
-        """Start ``n`` more engines; return their ids once they have registered."""
-        for _ in range(n):
-            self.engine_pids.add(self._forks.spawn(self.cfg.start_timeout))
+        """Start ``n`` more engines; return their ids once they have registered. An engine
+        that dies first (the fork server says so at once) fails this at once, with its error."""
+        pids = [self._forks.spawn(self.cfg.start_timeout) for _ in range(n)]
+        self.engine_pids.update(pids)
         deadline = time.monotonic() + self.cfg.start_timeout
         while time.monotonic() < deadline:
             new = sorted(set(self.client.ids) - known)
             if len(new) >= n:
                 return new[:n]
+            dead = [p for p in pids if p in self._forks.ended]
+            if dead:
+                raise NbdistError(self._died_starting(dead[0]))
             time.sleep(0.02)
         raise NbdistError(
             f"{n} engine(s) did not register within {self.cfg.start_timeout:.0f} s; "
             f"their logs are in {self.log_dir}"
         )
 
+    def _died_starting(self, pid: int) -> str:
+        """One line: the engine that died while starting, how, and the last line it logged."""
+        self.engine_pids.discard(pid)
+        how = EngineExit(pid, self._forks.ended[pid]).describe()
+        log = self.log_dir / f"engine-{pid}.log"
+        try:
+            last = log.read_text(errors="replace").strip().splitlines()[-1:]
+        except OSError:
+            last = []
+        said = f": {last[0].strip()[-300:]}" if last else " (it logged nothing)"
+        return f"an engine (pid {pid}) {how} while starting{said}; its log: {log}"
+
     def processes(self) -> list[psutil.Process]:
         """Every process of this cluster: controller, fork server, engines and their children."""
-        roots = [self._forks.proc.pid, *self.engine_pids]
+        roots = [self._forks.proc.pid]
         ctl = getattr(self._ipp.controller, "process", None)
         if ctl is not None:
             roots.append(ctl.pid)
-        return tree(roots)
+        return tree(roots) + tree(self.engine_pids)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop everything; what does not leave within ``timeout`` is killed, by PID."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from .... import config
 from ....config import ClusterConfig, HostSpec, RemoteConfig
 from ....errors import UsageError
 from ....protocol import Inventory
@@ -85,7 +86,7 @@ def _resolve(host: HostSpec, timeout: float) -> str:
     name = host.name
     try:
         out = subprocess.run(
-            [*ssh_command(host, timeout), "-G", host.location],
+            [*ssh_command(host, timeout), "-G", "--", host.location],
             capture_output=True,
             text=True,
             timeout=10,
@@ -180,7 +181,7 @@ def _check_host(host: HostSpec, probe: list, t: float) -> HostFacts | str:
         .replace("TIMEOUT", repr(t))
         .replace("MARK", repr(_MARK))
     )
-    cmd = [*ssh_command(host, t), host.location, f"{shlex.quote(host.python)} -"]
+    cmd = [*ssh_command(host, t), "--", host.location, f"{shlex.quote(host.python)} -"]
     try:
         r = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=3 * t)
     except subprocess.TimeoutExpired:
@@ -212,10 +213,22 @@ def _check_host(host: HostSpec, probe: list, t: float) -> HostFacts | str:
 
 def threads_per_engine(cfg: ClusterConfig, facts: dict[str, HostFacts]) -> int:
     """Threads per engine: as given, or each host's CPUs shared among its engines (the
-    smallest share, so that no host is oversubscribed)."""
+    smallest share, so that no host is oversubscribed). Unless ``cfg.oversubscribe``, refuses
+    more engines on a host than its CPUs can serve (``config.engine_limit``), or more threads
+    per engine than it has CPUs."""
+    hosts = cfg.remote.hosts if cfg.remote is not None else ()
+    for h in hosts if not cfg.oversubscribe else ():
+        cpus = facts[h.name].cpus if h.name in facts else None
+        if cpus is not None and h.engines > config.engine_limit(cpus):
+            raise config.over_cpus(
+                f"{h.engines} engines", cpus, config.engine_limit(cpus), f"host {h.name}"
+            )
+        if cpus is not None and (cfg.threads_per_engine or 0) > cpus:
+            raise config.over_cpus(
+                f"{cfg.threads_per_engine} threads per engine", cpus, cpus, f"host {h.name}"
+            )
     if cfg.threads_per_engine:
         return cfg.threads_per_engine
-    hosts = cfg.remote.hosts if cfg.remote is not None else ()
     shares = [max(1, facts[h.name].cpus // h.engines) for h in hosts if h.name in facts]
     return min(shares) if shares else cfg.threads
 

@@ -49,10 +49,13 @@ class SSHEngineLauncher(ipp_launcher.SSHEngineLauncher):
     @property
     def ssh_sender(self):
         if self._ssh_sender is None:  # the starter's code goes along: no ipyparallel import
+            # ipyparallel puts the Python into the remote command line as it is: quoted here,
+            # so a path with spaces or shell characters is one word there ("--": no host name
+            # is ever read as an ssh option)
             self._ssh_sender = ShellCommandSend(
                 self.ssh_cmd,
-                [*self.ssh_args, self.location],
-                self.remote_python,
+                [*self.ssh_args, "--", self.location],
+                shlex.quote(self.remote_python),
                 send_receiver_code=True,
                 log=self.log,
             )

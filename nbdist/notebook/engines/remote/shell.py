@@ -15,7 +15,7 @@ def run_script(host: HostSpec, script: str, connect_timeout: float) -> str:
     output, or "" when the host could not be reached."""
     try:
         r = subprocess.run(
-            [*ssh_command(host, connect_timeout), host.location, "sh -s"],
+            [*ssh_command(host, connect_timeout), "--", host.location, "sh -s"],
             input=script,
             capture_output=True,
             text=True,
