@@ -27,7 +27,14 @@ import traceback
 from . import Result, table
 
 #: Every benchmark, in the order the table shows them (modules of this package).
-BENCHMARKS = ("bench_start", "bench_train", "bench_scatter", "bench_report", "bench_recovery")
+BENCHMARKS = (
+    "bench_start",
+    "bench_train",
+    "bench_scatter",
+    "bench_report",
+    "bench_recovery",
+    "bench_slow_link",
+)
 
 _FIELDS = {f.name for f in dataclasses.fields(Result)}
 
@@ -137,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.child:
         return _child(args.child, args.tiny)
-    names = [n if n.startswith("bench_") else f"bench_{n}" for n in args.only.split(",") if n]
+    names = [n.replace("-", "_") for n in args.only.split(",") if n]  # slow-link: bench_slow_link
+    names = [n if n.startswith("bench_") else f"bench_{n}" for n in names]
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:
         p.error(f"unknown benchmark(s) {unknown}; choose from {','.join(BENCHMARKS)}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -36,6 +38,20 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "c
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def kill_when(flag, pid: int, timeout: float = 60.0) -> threading.Event:
+    """From a thread: SIGKILL ``pid`` once the file ``flag`` exists (a rank reached the step to
+    die at, and wrote it); the event is set once the signal is sent."""
+    killed = threading.Event()
+
+    def _kill() -> None:
+        wait_until(flag.exists, timeout, what="the rank to reach the step to die at")
+        os.kill(pid, signal.SIGKILL)
+        killed.set()
+
+    threading.Thread(target=_kill, daemon=True).start()
+    return killed
 
 
 def assert_gone(procs, timeout: float = 10.0) -> None:

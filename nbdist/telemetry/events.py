@@ -30,10 +30,13 @@ STATES = (OK, SLOW, SILENT, DEAD)
 #: Run statuses in the store. ``lost``: the kernel writing it stopped without closing it.
 RUN_STATUSES = ("running", "ok", "failed", "interrupted", "stopped", "lost")
 
-#: Event kinds nbdist records: engine events (``checkpoint``), verdicts on ranks, recovery's
-#: (``failure``, ``restart``), phase changes, and the run's end (its status).
+#: Event kinds nbdist records: engine events (``checkpoint``, ``resumed``, ``sync`` with the
+#: ranks' drift), verdicts on ranks, recovery's (``failure``, ``restart``), phase changes, and
+#: the run's end (its status).
 EVENT_KINDS = (
     "checkpoint",
+    "resumed",
+    "sync",
     "nan",
     "slow",
     "silent",

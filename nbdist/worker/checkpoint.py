@@ -19,7 +19,9 @@ schedulers), else the object itself, which must be tensors and plain values (dic
 numbers, strings): anything else is refused when saved, in one line naming the fix. Plus every
 rank's random-number state (torch, numpy, random, and any ``torch.Generator`` passed in),
 restored to the rank it came from, so a resumed run draws the numbers an uninterrupted run would
-have drawn.
+have drawn. Models and optimizers whose state differs between ranks (``sync="local_sgd"`` or
+``"diloco"``: ``sync.is_rank_local``) are saved from every rank too, and each rank restores its
+own (rank 0's when the world size changed), so a resumed run continues exactly.
 """
 
 from __future__ import annotations
@@ -108,6 +110,35 @@ def _gather(mine: dict) -> list:
     return everyone
 
 
+def _own_states(state: dict) -> list | None:
+    """Each rank's own saved form of the objects in ``state`` that differ between ranks, on
+    rank 0 (None elsewhere, and when there are none); tensors travel on the CPU."""
+    import torch.distributed as dist
+
+    from . import sync
+
+    local = {k: v for k, v in state.items() if sync.is_rank_local(v)}
+    if not local:  # the same answer on every rank: they prepared the same way
+        return None
+    mine = _on_cpu(_saved_form(local))
+    if dist.get_world_size() == 1:
+        return [mine]
+    everyone: list | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(mine, everyone, dst=0)
+    return everyone
+
+
+def _on_cpu(value: Any) -> Any:
+    """``value`` with its tensors (also inside dicts, lists and tuples) copied to the CPU."""
+    if hasattr(value, "detach"):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return type(value)((k, _on_cpu(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
+
+
 def _check_args(where: str, keep: int, state: dict) -> None:
     if not state:
         raise UsageError(f"nbdist.{where}: name what to save, e.g. model=model, opt=opt")
@@ -122,6 +153,7 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
 
     gens, rest = _split(state)
     rngs = _gather({"rng": _rng_state(), "generators": {k: g.get_state() for k, g in gens.items()}})
+    own = _own_states(rest)
     if context.current().rank != 0:
         return
     payload = {
@@ -131,6 +163,8 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
         "rng": rngs,
         "state": _saved_form(rest),
     }
+    if own is not None:
+        payload["ranks"] = own
     folder = ckpt_files.prepare(_folder(dir, run))
     buf = io.BytesIO()
     torch.save(payload, buf)
@@ -202,10 +236,12 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
         raise UsageError(
             f"nbdist.restore: the checkpoint has no {missing}; it holds {sorted(saved)}"
         )
+    own = payload.get("ranks")
+    own = own[info.rank] if own and len(own) == info.world_size else {}
     for k, obj in rest.items():
         target = _unwrap(obj)
         if hasattr(target, "load_state_dict"):
-            target.load_state_dict(saved[k])
+            target.load_state_dict(own.get(k, saved[k]))
         elif isinstance(target, dict):  # plain dicts are refilled in place
             target.clear()
             target.update(saved[k])

@@ -17,6 +17,7 @@ Without options, ``prepare`` is plain DDP and a loop of ``loss.backward(); opt.s
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..errors import UsageError
 from . import context
+from . import sync as sync_modes
 from .state import engine
 
 #: Values of ``precision`` (None means fp32).
@@ -45,6 +47,7 @@ class _Plan:
     scaler: Any = None  # torch.amp.GradScaler for fp16
     sync_first: bool = False  # static-graph DDP must all-reduce in its first backward
     micro: int = 0  # micro-steps taken so far
+    sync: sync_modes.Synchronizer | None = None  # local SGD or DiLoCo
 
 
 def prepare(
@@ -58,7 +61,12 @@ def prepare(
     static_graph: bool = False,
     find_unused_parameters: bool = False,
     powersgd_rank: int = 1,
-    powersgd_warmup: int = 1000,
+    powersgd_warmup: int = 0,
+    sync: str = "ddp",
+    sync_every: int | None = None,
+    sync_warmup: int = 0,
+    outer_lr: float | None = None,
+    outer_momentum: float | None = None,
 ):
     """Move ``model`` to this rank's device and wrap it for data-parallel training.
 
@@ -80,9 +88,11 @@ def prepare(
       (a DDP communication hook): half the bytes on the wire, relative error about 1e-3 (fp16)
       or 1e-2 (bf16). Helps when the all-reduce is limited by a slow link between hosts.
     - ``compress="powersgd"``: PowerSGD low-rank compression of gradient matrices, rank
-      ``powersgd_rank``, after ``powersgd_warmup`` steps of plain all-reduce (errors are fed
-      back into later steps). Cuts traffic by 10-100x for large layers; for slow links and
-      big models, at the cost of some accuracy, so tune the rank and the warm-up.
+      ``powersgd_rank``, errors fed back into later steps. It compresses from the third step
+      by default (torch's earliest with error feedback: DDP settles its buckets in the first
+      two), not after torch's default 1000 steps of plain all-reduce; ``powersgd_warmup=N``
+      asks for N plain steps first. Cuts traffic by 10-100x for large layers; for slow links
+      and big models, at the cost of some accuracy, so tune the rank and the warm-up.
     - ``accumulate=k``: ``train_step`` steps the optimizer every ``k`` micro-batches and skips
       the all-reduce on the other ``k - 1`` (forward and backward run inside ``no_sync``): a
       k-times larger effective batch for the memory of one, with ``1/k`` of the communication.
@@ -94,11 +104,22 @@ def prepare(
     - ``static_graph=True``: the model uses the same parameters every step, so DDP can skip its
       per-step bookkeeping and overlap better. ``find_unused_parameters=True``: some parameters
       get no gradient in some steps (costs a graph walk per step; use only when DDP asks).
+    - ``sync="local_sgd"`` or ``"diloco"`` with ``sync_every=H`` (and ``opt``): no gradient
+      all-reduce; each rank steps on its own and after every H-th ``opt.step()`` the ranks
+      agree again, exactly: on the mean of their parameters (local SGD), or on DiLoCo's outer
+      Nesterov step (``outer_lr=0.7``, ``outer_momentum=0.9``) on the mean difference between
+      the global and the local parameters. ``sync_warmup=N``: N synchronous steps first. For
+      slow links, where DDP waits on every step; see ``nbdist.worker.sync``.
     """
     precision = None if precision == "fp32" else precision
     _check_options(
         precision, compress, accumulate, strategy, static_graph or find_unused_parameters,
         powersgd_rank, powersgd_warmup,
+    )  # fmt: skip
+    local = sync_modes.check_options(
+        sync, optimizer=optimizer, strategy=strategy, compress=compress, precision=precision,
+        sync_every=sync_every, sync_warmup=sync_warmup, outer_lr=outer_lr,
+        outer_momentum=outer_momentum,
     )  # fmt: skip
     info = context.current()
     if not dist.is_initialized():
@@ -108,14 +129,22 @@ def prepare(
         )
     device = torch.device(info.device)
     dtype = _check_device(precision, device)
+    synchronizer = None
     if strategy == "fsdp":
         names = {id(p): n for n, p in model.named_parameters()}
         wrapped = _fsdp(model.to(device), dtype)
         if optimizer is not None:
             _rebind(optimizer, names, wrapped)
     else:
-        wrapped = _ddp(model.to(device), device, dtype, static_graph, find_unused_parameters)
-        if compress is not None:
+        # PowerSGD on gloo deadlocks with several buckets (tested, torch 2.13): one bucket on CPU
+        cap = 2.0**40 if compress == "powersgd" and device.type == "cpu" else None
+        model, flags = model.to(device), (static_graph, find_unused_parameters, local is None)
+        wrapped = _ddp(model, device, dtype, *flags, cap)
+
+        if local is not None:  # the warm-up all-reduces as compress= says, then nothing
+            reduce = None if compress is None else _compressor(compress)
+            synchronizer = sync_modes.attach(wrapped, optimizer, local, reduce)
+        elif compress is not None:
             _register_compression(wrapped, compress, powersgd_rank, powersgd_warmup)
     scaler = None
     if precision == "fp16":
@@ -125,9 +154,7 @@ def prepare(
             scaler = ShardedGradScaler(device.type)
         else:
             scaler = torch.amp.GradScaler(device.type)
-    engine.training_plans[wrapped] = _Plan(
-        accumulate=accumulate, scaler=scaler, sync_first=static_graph
-    )
+    engine.training_plans[wrapped] = _Plan(accumulate, scaler, static_graph, sync=synchronizer)
     return wrapped if optimizer is None else (wrapped, optimizer)
 
 
@@ -174,17 +201,28 @@ def _check_device(precision: str | None, device):
     return torch.bfloat16
 
 
-def _ddp(model, device, dtype, static_graph: bool, find_unused: bool) -> DistributedDataParallel:
+def _ddp(
+    model, device, dtype, static_graph: bool, find_unused: bool, sync_buffers: bool, cap_mb=None
+) -> DistributedDataParallel:
     ddp = (DistributedDataParallel if dtype is None else _AutocastDDP)(
         model,
         device_ids=[device] if device.type == "cuda" else None,
+        bucket_cap_mb=cap_mb,
         gradient_as_bucket_view=True,
         static_graph=static_graph,
         find_unused_parameters=find_unused,
+        **({} if sync_buffers else _no_forward_buffer_sync()),
     )
     if dtype is not None:
         ddp.autocast_dtype = dtype
     return ddp
+
+
+def _no_forward_buffer_sync() -> dict:
+    """DDP's option not to broadcast buffers at every forward (renamed in torch 2.13); local
+    modes average them when they sync."""
+    new = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    return {"forward_sync_buffers" if new else "broadcast_buffers": False}
 
 
 class _AutocastDDP(DistributedDataParallel):
@@ -264,6 +302,11 @@ def _register_compression(ddp: DistributedDataParallel, how: str, rank: int, war
         ddp.register_comm_hook(state, ps.powerSGD_hook)
     else:
         ddp.register_comm_hook(torch.float16 if how == "fp16" else torch.bfloat16, _compress_hook)
+
+
+def _compressor(how: str):
+    dtype = torch.float16 if how == "fp16" else torch.bfloat16
+    return lambda state, bucket: _compress_hook(dtype, bucket)
 
 
 def _compress_hook(dtype, bucket):  # no return annotation: DDP checks it, and ours is a string

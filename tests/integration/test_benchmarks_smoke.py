@@ -67,6 +67,7 @@ def test_whole_harness_runs_tiny():
         "train cnn: %%distributed / torchrun",
         "report() every step + dashboard / silent",
         "silent %%distributed / torchrun, same loop",
+        'loopback: compress="fp16" / ddp, s to 0%',
     ):
         line = next((ln for ln in out.splitlines() if row in ln), None)
         assert line is not None, f"no row {row!r} in:\n{out}"

@@ -13,15 +13,13 @@ import io
 import json
 import os
 import pickle
-import signal
 import socket
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_gone, wait_until
+from conftest import assert_gone, kill_when
 
 from nbdist.config import CellOptions
 from nbdist.errors import DistributedCellError, UsageError
@@ -77,14 +75,7 @@ def test_steps_resumes_a_killed_run_exactly_from_its_checkpoint(cluster, referen
     kill = tmp_path / "rank1-waits"
     log = _setup(cluster, tmp_path, kill)
     victim = cluster.slots[1].pid
-    killed = threading.Event()
-
-    def kill_rank_1():
-        wait_until(kill.exists, 60, what="rank 1 to reach the step to die at")
-        os.kill(victim, signal.SIGKILL)
-        killed.set()
-
-    threading.Thread(target=kill_rank_1, daemon=True).start()
+    killed = kill_when(kill, victim)
     params = cluster.run(TRAIN, CellOptions(restarts=1))
     assert killed.is_set()
     assert all(torch.equal(a, b) for a, b in zip(params, ref_params, strict=True))

@@ -2,10 +2,11 @@
 namespaces standing for two hosts with their own addresses), real DDP across them, and every way
 of failing well, each timed.
 
-The sshd runs with a config, host key and client key made for the test in a temp dir, on a free
-port, as a child of the test (tracked by PID, stopped at the end); it authorizes a key for the
-current user from a file of its own, never ~/.ssh. Engines started over ssh are not children of
-the test: they are tracked by the PIDs the cluster reports, and checked gone after each stop.
+The sshd and the namespaces come from ``tests/netns.py``. The sshd runs with a config, host key
+and client key made for the test in a temp dir, on a free port, as a child of the test (tracked
+by PID, stopped at the end); it authorizes a key for the current user from a file of its own,
+never ~/.ssh. Engines started over ssh are not children of the test: they are tracked by the
+PIDs the cluster reports, and checked gone after each stop.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ import textwrap
 import time
 from pathlib import Path
 
+import netns
 import psutil
 import pytest
 from conftest import assert_gone, shutdown_kernel, start_kernel, wait_until
+from netns import Sshd, cluster_file, free_port
 
 import nbdist
 from nbdist.errors import NbdistError, UsageError
 from nbdist.notebook.engines import remote
 
-SSHD = "/usr/sbin/sshd"
 NOTEBOOK = Path(__file__).parents[2] / "notebooks" / "remote_hosts.ipynb"
 
 _DDP = textwrap.dedent(
@@ -58,129 +60,9 @@ _DDP = textwrap.dedent(
 )
 
 
-def _free_port(addr: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((addr, 0))
-        return s.getsockname()[1]
-
-
-def _toml(value) -> str:
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
-    return str(value)
-
-
-class Sshd:
-    """An sshd for the test: its own keys and config, one listen address, optionally inside a
-    network namespace; stopped (by PID) with ``stop()``."""
-
-    def __init__(self, home: Path, addr: str = "127.0.0.1", netns: str | None = None):
-        self.home, self.addr, self.netns = home, addr, netns
-        home.mkdir(parents=True, exist_ok=True)
-        os.chmod(home, 0o700)
-        for name in ("host_key", "client_key"):
-            if not (home / name).exists():
-                subprocess.run(
-                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(home / name)],
-                    check=True,
-                )
-        (home / "authorized_keys").write_text((home / "client_key.pub").read_text())
-        os.chmod(home / "authorized_keys", 0o600)
-        self.port = _free_port(addr) if netns is None else 2222
-        (home / "sshd_config").write_text(
-            textwrap.dedent(f"""\
-            Port {self.port}
-            ListenAddress {addr}
-            HostKey {home / "host_key"}
-            PidFile none
-            AuthorizedKeysFile {home / "authorized_keys"}
-            PermitRootLogin prohibit-password
-            PasswordAuthentication no
-            KbdInteractiveAuthentication no
-            UsePAM no
-            StrictModes no
-            MaxStartups 100
-            """)
-        )
-        self.known_hosts = home / "known_hosts"
-        host_key = (home / "host_key.pub").read_text().split()
-        names = [addr, "localhost"] if addr == "127.0.0.1" else [addr]
-        self.known_hosts.write_text(
-            "".join(f"[{name}]:{self.port} {host_key[0]} {host_key[1]}\n" for name in names)
-        )
-        cmd = [SSHD, "-D", "-e", "-f", str(home / "sshd_config")]
-        if netns:
-            cmd = ["ip", "netns", "exec", netns, *cmd]
-        self.log = open(home / "sshd.log", "w")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(self._listening, 10, what=f"sshd on {addr}:{self.port}")
-
-    def _listening(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"sshd exited: {(self.home / 'sshd.log').read_text()}")
-        return f"Server listening on {self.addr}" in (self.home / "sshd.log").read_text()
-
-    @property
-    def user(self) -> str:
-        return psutil.Process().username()
-
-    def ssh_options(self, key: Path | None = None, known_hosts: Path | None = None) -> list:
-        return [
-            "-F",
-            "/dev/null",
-            "-i",
-            str(key or self.home / "client_key"),
-            "-o",
-            "IdentitiesOnly=yes",
-            "-o",
-            f"UserKnownHostsFile={known_hosts or self.known_hosts}",
-            "-o",
-            "StrictHostKeyChecking=yes",
-        ]
-
-    def host(self, engines: int = 1, **over) -> dict:
-        return {
-            "host": self.addr,
-            "user": self.user,
-            "port": self.port,
-            "engines": engines,
-            "ssh_options": self.ssh_options(),
-            "python": sys.executable,
-            **over,
-        }
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self.log.close()
-
-
-def cluster_file(path: Path, hosts: list[dict], **top) -> str:
-    """A TOML cluster file, as a person would write one."""
-    lines = [f"{k} = {_toml(v)}" for k, v in top.items()]
-    for h in hosts:
-        lines += ["", "[[hosts]]"] + [f"{k} = {_toml(v)}" for k, v in h.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
-
-
 def _need_sshd() -> None:
-    if not os.path.exists(SSHD):
-        pytest.skip("openssh-server is not installed (scripts/install-system-deps.sh)")
-    if not os.path.isdir("/run/sshd"):  # sshd's privilege-separation directory
-        if os.geteuid() != 0:
-            pytest.skip("/run/sshd is missing and only root can make it")
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    if reason := netns.sshd_unavailable():
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
@@ -351,7 +233,7 @@ def _fails_fast(limit: float, **options) -> str:
 
 
 def test_a_host_that_refuses_connections_is_named_within_seconds(sshd, tmp_path):
-    port = _free_port()
+    port = free_port()
     f = cluster_file(tmp_path / "c.toml", [sshd.host(port=port)])
     msg = _fails_fast(5, cluster_file=f)
     assert msg == (
@@ -420,7 +302,7 @@ def test_a_remote_python_without_nbdist_or_torch_is_named_with_the_fix(sshd, tmp
 
 
 def test_two_failing_hosts_are_both_named_at_once(sshd, tmp_path):
-    port = _free_port()
+    port = free_port()
     f = cluster_file(
         tmp_path / "c.toml",
         [
@@ -633,89 +515,11 @@ def test_the_remote_hosts_notebook_runs_against_this_machine_over_ssh(sshd, tmp_
 
 
 # -- two hosts with their own addresses: network namespaces ------------------------------------
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
-
-
-class TwoHosts:
-    """Two network namespaces standing for two hosts, A (10.77.0.1) and B (10.77.0.2), on a
-    bridge with this machine (10.77.0.254), and joined by a veth pair of their own, a second,
-    faster network (10.78.0.1 and 10.78.0.2: an InfiniBand stand-in). An sshd in each."""
-
-    def __init__(self, home: Path):
-        tag = f"{os.getpid() % 100000}"
-        self.ns = {"a": f"nbd{tag}a", "b": f"nbd{tag}b"}
-        self.bridge = f"nb{tag}br"
-        self.up: list[tuple[str, ...]] = []  # what to undo, in reverse
-        self.sshd: dict[str, Sshd] = {}
-        self.addr = {"a": "10.77.0.1", "b": "10.77.0.2"}
-        self.fast = {"a": "10.78.0.1", "b": "10.78.0.2"}
-        self.iface = {x: f"nb{tag}{x}1" for x in "ab"}  # each host's end on the bridge network
-        self.fast_iface = {x: f"nb{tag}{x}f" for x in "ab"}
-        try:
-            _ip("link", "add", self.bridge, "type", "bridge")
-            self.up.append(("link", "del", self.bridge))
-            _ip("addr", "add", "10.77.0.254/24", "dev", self.bridge)
-            _ip("link", "set", self.bridge, "up")
-            for x in "ab":
-                ns = self.ns[x]
-                _ip("netns", "add", ns)
-                self.up.append(("netns", "del", ns))
-                _ip("link", "add", f"nb{tag}{x}0", "type", "veth", "peer", "name", self.iface[x])
-                self.up.append(("link", "del", f"nb{tag}{x}0"))
-                _ip("link", "set", self.iface[x], "netns", ns)
-                _ip("link", "set", f"nb{tag}{x}0", "master", self.bridge, "up")
-                _ip("-n", ns, "addr", "add", f"{self.addr[x]}/24", "dev", self.iface[x])
-                _ip("-n", ns, "link", "set", self.iface[x], "up")
-                _ip("-n", ns, "link", "set", "lo", "up")
-            _ip(
-                "link",
-                "add",
-                self.fast_iface["a"],
-                "netns",
-                self.ns["a"],
-                "type",
-                "veth",
-                "peer",
-                "name",
-                self.fast_iface["b"],
-                "netns",
-                self.ns["b"],
-            )
-            for x in "ab":
-                _ip(
-                    "-n", self.ns[x], "addr", "add", f"{self.fast[x]}/24", "dev", self.fast_iface[x]
-                )
-                _ip("-n", self.ns[x], "link", "set", self.fast_iface[x], "up")
-            for x in "ab":
-                self.sshd[x] = Sshd(home / x, addr=self.addr[x], netns=self.ns[x])
-        except BaseException:
-            self.close()
-            raise
-
-    def host(self, x: str, **over) -> dict:
-        return self.sshd[x].host(engines=1, **over)
-
-    def close(self) -> None:
-        for s in self.sshd.values():
-            s.stop()
-        for undo in reversed(self.up):
-            subprocess.run(["ip", *undo], capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory):
-    _need_sshd()
-    if os.geteuid() != 0:
-        pytest.skip("two hosts from network namespaces need root (ip netns)")
-    if not shutil.which("ip"):
-        pytest.skip("no ip command (iproute2) to make network namespaces")
-    probe = f"nbdprobe{os.getpid() % 100000}"
-    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"this machine does not allow network namespaces: {r.stderr.strip()}")
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    hosts = TwoHosts(tmp_path_factory.mktemp("netns"))
+    if reason := netns.unavailable():
+        pytest.skip(reason)
+    hosts = netns.TwoHosts(tmp_path_factory.mktemp("netns"), fast_link=True)
     yield hosts
     hosts.close()
 

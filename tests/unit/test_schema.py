@@ -188,3 +188,25 @@ def test_the_schema_and_the_kernel_side_import_no_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[] False"
+
+
+def test_every_event_kind_nbdist_sends_is_declared():
+    """An event kind used anywhere in nbdist (``event("sync", ...)``, ``on_event("restart", ...)``)
+    is one of ``EVENT_KINDS``, the list the store and the sidebar document."""
+    import ast
+    from pathlib import Path
+
+    import nbdist
+    from nbdist.telemetry.events import EVENT_KINDS
+
+    used = set()
+    for path in Path(nbdist.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            name = getattr(node.func, "attr", getattr(node.func, "id", None))
+            first = node.args[0]
+            if name in ("event", "on_event") and isinstance(first, ast.Constant):
+                used.add((first.value, path.name))
+    assert used, "no event call found: the test no longer sees them"
+    assert [u for u in used if u[0] not in EVENT_KINDS] == []
