@@ -159,9 +159,9 @@ class Cluster:
         inv = self._setup(new_ids)
         for r, eid in zip(ranks, new_ids, strict=True):
             self.slots = placement.substitute(self.slots, r, eid, inv[eid])
+            self.inventory[eid] = inv[eid]
         for s in self.slots:  # alive now, whatever died under the same pid before
             self.exited.pop(s.pid, None)
-            self.inventory[eid] = inv[eid]
         self._form_group()
 
     def shrink(self, lost: list[int]) -> None:
