@@ -48,6 +48,7 @@ _PUBLIC = {
     "checkpoint": "nbdist.worker.checkpoint",
     "restore": "nbdist.worker.checkpoint",
     "restored": "nbdist.worker.checkpoint",
+    "pipeline": "nbdist.worker.pipeline",  # stages of an nn.Sequential on ranks, and replicas
     "steps": "nbdist.worker.steps",
     # framework adapters, one line each (see nbdist.worker.integrations)
     "LightningLogger": "nbdist.worker.integrations.lightning",
