@@ -248,6 +248,8 @@ class CellRun:
             if rk.outcome.kind not in ("died", "hung"):
                 rk.ar.wait_for_output(timeout=_OUTPUT_WAIT)  # iopub may trail the reply
             self._stream(rk, final=True)
+        for obs in self.observers:  # the last reports, which may have trailed the reply too
+            obs.on_poll(self.ranks)
         report.seconds = time.monotonic() - t0
         self._summarise(report, timed_out)
         return report
