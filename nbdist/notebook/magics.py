@@ -267,9 +267,9 @@ class NbdistMagics(Magics):
         args = _parse(_distributed_parser(), line)
         if args is None:
             return None
-        opts = _cell_options(args)
-        cluster = session.current()
-        from .monitor import RunMonitor
+        from . import programs
 
-        with RunMonitor(cluster, cell, opts, name=args.name, **opts.extra) as monitor:
-            return cluster.run(cell, opts, transform=self.shell.transform_cell, observers=[monitor])
+        opts = _cell_options(args)
+        session.current()  # no cluster: that error first
+        program = session.cell(cell, self.shell.transform_cell)
+        return programs.run_watched(program, opts, args.name)

@@ -61,8 +61,8 @@ def load(file: str | os.PathLike, args: tuple[str, ...] | list[str] = ()) -> Pro
 
 
 def run_watched(program: Program, opts: CellOptions, name: str = "") -> object | None:
-    """Run ``program`` on the current cluster under the dashboard and the run store, as
-    ``opts.extra`` asks (``dashboard``, ``total``, ``tensorboard``, ``stop_on_nan``)."""
+    """Run ``program`` (a cell or a script) on the current cluster under the dashboard and the
+    run store, as ``opts.extra`` asks (dashboard, total, tensorboard, stop_on_nan)."""
     from .monitor import RunMonitor
 
     cluster = session.current()

@@ -184,10 +184,7 @@ class Cluster:
         ``observers`` are told of the run's phases and recovery events, and see the ranks at
         every poll of the supervisor (``observers.RunObserver``): the dashboard's way in.
         """
-        check_syntax(source, transform or (lambda s: s))
-        name = f"<distributed-cell-{next(_cell_numbers)}>"
-        cell = Program(source=source, filename=name, argv=(name,), cwd=os.getcwd())
-        return self.run_program(cell, opts, observers)
+        return self.run_program(cell(source, transform), opts, observers)
 
     def run_program(
         self,
@@ -332,6 +329,14 @@ class Cluster:
             }
             for s in self.slots
         ]
+
+
+def cell(source: str, transform: Callable[[str], str] | None = None) -> Program:
+    """A ``%%distributed`` cell as the ranks run it (``transform``: IPython's, for magics in
+    it); a syntax error is one UsageError line, before anything is sent."""
+    check_syntax(source, transform or (lambda s: s))
+    name = f"<distributed-cell-{next(_cell_numbers)}>"
+    return Program(source=source, filename=name, argv=(name,), cwd=os.getcwd())
 
 
 def pull(name: str, rank: int = 0) -> Any:
