@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import paths
+from . import launcher_config, paths
 from .errors import UsageError
 
 #: Environment variable naming nbdist's data directory (run store, cluster records, checkpoints).
@@ -268,7 +268,6 @@ class TelemetryConfig:
         whole(self.log_lines, "log_lines", 0)
 
 
-_LAUNCHERS = ("ssh", "slurm", "mpi", "local")
 #: Plausible host names, addresses and interface names, and user names: none starts with "-"
 #: (ssh would take it for an option), none holds a space, a quote or a shell metacharacter.
 _HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:%-]{0,252}\Z")
@@ -357,6 +356,12 @@ class RemoteConfig:
     """The SSH hosts (ssh launcher only)."""
     launcher_options: dict = field(default_factory=dict)
     """Options of ipyparallel's engine launcher, e.g. {"account": "ml"} for slurm."""
+    partition: str | None = None
+    """Slurm: the partition (--partition); default: the cluster's default partition."""
+    time: str | None = None
+    """Slurm: the job's time limit (--time), e.g. "30" (minutes) or "1:30:00"."""
+    gpus_per_node: int | None = None
+    """Slurm: GPUs per node (--gpus-per-node), through the scheduler (--gres/--gpus)."""
     ip: str | None = None
     """Controller address; default: the address the hosts reach this machine by. "*": every
     interface (only when asked: the controller is then reachable from anywhere)."""
@@ -369,21 +374,12 @@ class RemoteConfig:
     each cluster's own folder there is removed when it stops."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.launcher, str) or self.launcher not in _LAUNCHERS:
-            raise UsageError(
-                f"--launcher must be one of {', '.join(_LAUNCHERS)}, not {self.launcher!r}"
-            )
-        if self.launcher == "ssh" and not self.hosts:
-            raise UsageError("the ssh launcher needs hosts: --hosts user@gpu1:4,user@gpu2:4")
-        if self.launcher != "ssh" and self.hosts:
-            raise UsageError(f"hosts are for the ssh launcher; {self.launcher} finds its own")
+        launcher_config.check(self)  # the launcher, its hosts, options and scheduler words
         if not isinstance(self.hosts, (tuple, list)) or not all(
             isinstance(h, HostSpec) for h in self.hosts
         ):
             raise UsageError("hosts must be HostSpecs: write them as user@gpu1:4,user@gpu2:4")
         object.__setattr__(self, "hosts", tuple(self.hosts))
-        if not isinstance(self.launcher_options, dict):
-            raise UsageError("launcher options must be a table of KEY = value")
         if self.ip is not None and self.launcher == "local":
             check_local_ip(self.ip)  # ipyparallel's local launcher: engines on this machine
         elif self.ip is not None and not (isinstance(self.ip, str) and _HOST_NAME.match(self.ip)):

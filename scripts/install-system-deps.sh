@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Install the system packages nbdist's browser tests need (Debian): Chromium at /usr/bin/chromium,
-# driven by Python Playwright with executable_path=/usr/bin/chromium. Playwright never downloads a
-# browser of its own. Idempotent: does nothing when everything is already there.
+# Install the system packages nbdist's tests need (Debian): Chromium at /usr/bin/chromium, driven
+# by Python Playwright with executable_path=/usr/bin/chromium (Playwright never downloads a browser
+# of its own); sshd for the remote-hosts tests; Slurm (slurmctld, slurmd, the client commands) and
+# munge for the Slurm tests, which start a private single-node Slurm of their own (tests/slurm.py:
+# no system service is started or configured here); Open MPI's mpiexec for the MPI tests.
+# Idempotent: does nothing when everything is already there.
 # Needs root, or sudo.
 set -euo pipefail
 
-packages=(chromium fonts-dejavu-core openssh-server)  # sshd: the remote-hosts tests
+packages=(
+  chromium fonts-dejavu-core
+  openssh-server        # sshd: the remote-hosts tests
+  slurm-wlm munge       # slurmctld, slurmd, sbatch...: the Slurm tests
+  openmpi-bin           # mpiexec: the MPI tests
+)
 
 missing=()
 for p in "${packages[@]}"; do

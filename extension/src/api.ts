@@ -13,6 +13,15 @@ export interface IEngine {
   alive: boolean;
 }
 
+/** The Slurm job holding a kernel's engines (`server.clusters`), as Slurm tells it. */
+export interface IJob {
+  id: string;
+  state: string;
+  reason: string;
+  time_left: string;
+  line: string;
+}
+
 /** A cluster: started from the sidebar (`owner: "sidebar"`) or by a notebook kernel. */
 export interface ICluster {
   cluster_id: string | null;
@@ -24,6 +33,7 @@ export interface ICluster {
   backend: string | null;
   engines: IEngine[];
   error?: string;
+  job: IJob | null;
 }
 
 /** A run's status in the store (`telemetry.events.RUN_STATUSES`). */

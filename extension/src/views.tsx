@@ -157,6 +157,11 @@ function ClusterRow(props: {
         {c.started && ` · started ${ago(c.started)}`}
         {c.owner === 'kernel' && ' · owned by a notebook kernel'}
       </div>
+      {c.job && (
+        <div className="jp-nbdist-job" data-job-state={c.job.state}>
+          {c.job.line}
+        </div>
+      )}
       {c.error && <pre className="jp-nbdist-error">{c.error}</pre>}
       {c.engines.length > 0 && (
         <ul className="jp-nbdist-engines">

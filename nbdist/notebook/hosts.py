@@ -13,6 +13,9 @@ A cluster file (TOML; YAML too where PyYAML is installed) holds what ``--hosts``
     env_check = "refuse"                      # or "warn"
     allow_mixed = false                       # ranks without a GPU beside ranks with one
     oversubscribe = false                     # more than 4 engines per CPU of a host
+    partition = "gpu"                         # slurm: --partition, --time, --gpus-per-node
+    time = "1:00:00"
+    gpus_per_node = 4
 
     [[hosts]]
     host = "gpu1"
@@ -63,6 +66,9 @@ FILE_KEYS = {
     "hosts",
     "launcher_options",
     "oversubscribe",
+    "partition",
+    "time",
+    "gpus_per_node",
 }
 _HOST_KEYS = {f.name for f in dataclasses.fields(HostSpec)} | {"host"}
 _HOST_DEFAULTS = ("python", "interface", "ssh_options")  # top-level defaults for every host

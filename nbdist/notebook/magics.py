@@ -67,6 +67,18 @@ def _nbdist_parser() -> _Parser:
         help="an option of ipyparallel's launcher (repeatable)",
     )
     s.add_argument("--ip", default=None, help="controller address the hosts reach ('*': all)")
+    # the scheduler's words (slurm; see nbdist.notebook.engines.remote.slurm)
+    s.add_argument("--partition", default=None, help="slurm: the partition to run in")
+    s.add_argument("--time", default=None, help="slurm: the job's time limit (30, 1:30:00)")
+    s.add_argument(
+        "--gpus-per-node", type=int, default=None, help="slurm: GPUs per node (--gpus-per-node)"
+    )
+    s.add_argument(
+        "--start-timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for the engines (a queued job included); default 60",
+    )
     s.add_argument(
         "--allow-mixed",
         action="store_true",
@@ -211,6 +223,10 @@ class NbdistMagics(Magics):
                 allow_mixed=args.allow_mixed,
                 env_check=args.env_check,
                 oversubscribe=args.oversubscribe,
+                partition=args.partition,
+                time=args.time,
+                gpus_per_node=args.gpus_per_node,
+                start_timeout=args.start_timeout,
             )
             print(
                 f"nbdist: {len(c.slots)} ranks ready ({c.backend}, {c.cfg.threads} thread(s) "
@@ -232,7 +248,11 @@ class NbdistMagics(Magics):
                 c.stop()
                 print("nbdist: cluster stopped")
         elif args.command == "status":
-            print(_status_table(session.current().status()))
+            c = session.current()
+            job = getattr(c.engines, "job_line", None)  # a scheduler's job: its state, time left
+            if job is not None and (text := job()):
+                print(text)
+            print(_status_table(c.status()))
         elif args.command == "scatter":
             from . import data
 

@@ -221,9 +221,38 @@ class Clusters:
                     pid=ctl_pid,
                     started=started,
                     engines=[_engine(p, None) for p in pids],
+                    job=_slurm_job(d),
                 )
             )
         return out
+
+
+#: Slurm jobs asked about lately: job id -> (when, what Slurm said); the sidebar polls often.
+_JOBS: dict[str, tuple[float, dict | None]] = {}
+JOB_FRESH_FOR = 2.0
+
+
+def _slurm_job(cluster: dict) -> dict | None:
+    """The newest Slurm job of a kernel's cluster (ipyparallel's cluster file names each engine
+    set's job): its id, state, reason, time left and status line; None for other launchers."""
+    sets = (cluster.get("engines") or {}).get("sets") or {}
+    ids = [str(s["job_id"]) for s in sets.values() if isinstance(s, dict) and s.get("job_id")]
+    if not ids:
+        return None
+    job_id, now = ids[-1], time.monotonic()
+    when, job = _JOBS.get(job_id, (0.0, None))
+    if now - when > JOB_FRESH_FOR:
+        from ..notebook.engines.remote import slurm  # neither ipyparallel nor torch
+
+        info = slurm.query(job_id)
+        job = {"id": job_id, "state": "gone", "reason": "", "time_left": "", "line": ""}
+        if info is not None:
+            job.update(state=info.state, reason=info.reason, time_left=info.time_left)
+        job["line"] = info.line() if info else f"slurm job {job_id}: gone"
+        if len(_JOBS) > 256:  # jobs of clusters long gone
+            _JOBS.clear()
+        _JOBS[job_id] = (now, job)
+    return job
 
 
 def _listdir(path: Path) -> list[Path]:
@@ -254,7 +283,17 @@ def _engine(pid: object, rank: object) -> dict:
 
 
 def _entry(
-    *, cluster_id, owner, state, pid, n=None, started=None, backend=None, engines=None, error=None
+    *,
+    cluster_id,
+    owner,
+    state,
+    pid,
+    n=None,
+    started=None,
+    backend=None,
+    engines=None,
+    error=None,
+    job=None,
 ) -> dict:
     out = {
         "cluster_id": cluster_id,
@@ -265,6 +304,7 @@ def _entry(
         "started": started,
         "backend": backend,
         "engines": engines or [],
+        "job": job,  # the Slurm job holding a kernel's engines (_slurm_job), else None
     }
     if error:
         out["error"] = error

@@ -10,7 +10,8 @@ the controller from.
 Lifetime: ``stop`` asks the engines to leave, kills the stragglers (through their nanny, then
 over ssh: only processes of this cluster), stops the controller, and removes this cluster's
 folder on every host and its files here. If the kernel dies instead, the engines leave after
-missing the controller's heartbeats (about 10 s); only their log folder stays on the host.
+missing the controller's heartbeats (about 10 s); only their log folder stays on the host. A
+Slurm job is cancelled at once by its guard (``jobs``), even one still in the queue.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import ipyparallel as ipp
@@ -37,20 +37,8 @@ from ... import fanout
 from ...hosts import remote_dir_of, ssh_command
 from .. import processes
 from ..base import EngineExit
-from . import checks, launchers, shell
-
-
-@dataclass(frozen=True)
-class RemoteExit(EngineExit):
-    """A remote engine left the cluster: its process ended, or its host stopped answering
-    (the controller cannot tell which, nor the exit status)."""
-
-    status: int | None = None  # unknown: the controller cannot tell
-    host: str = "?"
-    engine_id: int = -1
-
-    def describe(self) -> str:
-        return f"on host {self.host} left the cluster (it ended, or its host stopped answering)"
+from . import checks, jobs, launchers, shell, slurm
+from .jobs import RemoteExit
 
 
 class RemoteEngines:
@@ -70,8 +58,11 @@ class RemoteEngines:
         self.cfg = cfg
         self.remote: RemoteConfig = cfg.remote
         self._options = launchers.launcher_options(
-            self.remote.launcher, self.remote.launcher_options
+            self.remote.launcher,
+            {**self.remote.launcher_options, **launchers.scheduler_options(self.remote)},
         )  # a mistake there is one line, before anything is made
+        self.jobs = jobs.SchedulerJobs(self.remote.launcher)  # a scheduler's jobs, if any
+        self.job_line = self.jobs.status_line  # for %nbdist status: the job, its time left
         self.cluster_id = "nbdist-" + uuid.uuid4().hex[:8]
         processes.tie_to_this_process()  # the local launcher's engines: nbdist._lifeline
         self._profile = processes.profile_dir()
@@ -98,6 +89,8 @@ class RemoteEngines:
         """Check the hosts, start the controller and the engines; return a connected client
         once every engine has registered. On failure, everything started is stopped."""
         try:
+            if self.remote.launcher == "slurm":  # would Slurm take the job? Its reason if not
+                slurm.precheck(self.cfg.n, self._options)
             ip, self.location = checks.choose_ip(self.remote)
             with ThreadPoolExecutor(1) as pool:  # the hosts are checked while the controller starts
                 checked = pool.submit(checks.preflight, self.remote, self.location)
@@ -179,6 +172,7 @@ class RemoteEngines:
             self._ipp.start_engines_sync(n, engine_set_id=set_id, **kwargs)
         except Exception as exc:
             raise NbdistError(self._launch_failed(host, exc)) from exc
+        self.jobs.launched(set_id, self._ipp.engines[set_id])  # its guard cancels it if we die
         return set_id
 
     def _launch_failed(self, host: str | None, exc: BaseException) -> str:
@@ -197,12 +191,14 @@ class RemoteEngines:
                 error = getattr(self._ipp.engines.get(set_id), "error", None)
                 if error is not None:
                     raise NbdistError(self._launch_failed(host, error))
+            self.jobs.waiting(list(sets), self.cfg.start_timeout, time.monotonic() > deadline)
             if time.monotonic() > deadline:
                 self._identify(new)
                 raise NbdistError(self._not_registered(plan, new))
             time.sleep(0.02)
         new = new[:want]
         self._identify(new)
+        self.jobs.assign(new, list(sets))
         return new
 
     def _identify(self, ids: list[int]) -> None:
@@ -236,6 +232,7 @@ class RemoteEngines:
         """Start ``n`` more engines (on the hosts whose engines left, first); return their ids
         once they have registered."""
         if self.remote.launcher != "ssh":
+            self.jobs.announce_ended()
             return self._launch_and_wait(Counter({None: n}), known)
         hosts = []
         while self._vacant and len(hosts) < n:
@@ -253,7 +250,8 @@ class RemoteEngines:
         if eid in self._pid_of:
             self._leave(eid)
             host = self._host_of[eid] or "?"
-            self.exits.put(RemoteExit(pid=self._pid_of[eid], host=host, engine_id=eid))
+            why = self.jobs.why_gone(eid)  # its job ended: which, and why
+            self.exits.put(RemoteExit(self._pid_of[eid], host=host, engine_id=eid, reason=why))
 
     def _leave(self, eid: int) -> None:
         if eid not in self._gone:
@@ -327,7 +325,7 @@ class RemoteEngines:
             roots.append(ctl.pid)
         for es in self._ipp.engines.values():
             roots += launchers.local_roots(es)
-        return processes.tree(roots)
+        return processes.tree(roots + self.jobs.pids())
 
     # -- stop -------------------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> None:
@@ -343,6 +341,7 @@ class RemoteEngines:
             self.client = None
         if self._ipp is not None:
             self._stop_launchers()
+            self.jobs.stop()  # the jobs cancelled (by their guards too), the guards gone
             try:
                 self._ipp.stop_controller_sync()
             except Exception:

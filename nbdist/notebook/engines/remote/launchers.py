@@ -16,8 +16,11 @@ from collections.abc import Callable
 
 from ipyparallel.cluster import launcher as ipp_launcher
 from ipyparallel.cluster.shellcmd import ShellCommandSend
+from traitlets import Integer
 
+from ....config import RemoteConfig
 from ....errors import UsageError
+from . import slurm
 
 #: Engines of remote hosts: quiet logs, no IPython history database, and gone ~10 s after the
 #: controller is (15 missed heartbeats: the kernel died, or this machine went away).
@@ -127,13 +130,47 @@ class SSHEngineSetLauncher(ipp_launcher.SSHEngineSetLauncher):
         return [la.pid for la in self.launchers.values() if getattr(la, "pid", 0)]
 
 
+class SlurmEngineSetLauncher(ipp_launcher.SlurmEngineSetLauncher):
+    """ipyparallel's Slurm engine launcher, with GPUs per node (``--gpus-per-node``) and its
+    ``options`` (extra ``sbatch`` options, which ipyparallel declares but never writes) put
+    into the batch script."""
+
+    gpus_per_node = Integer(0, config=True, help="GPUs per node (sbatch --gpus-per-node)")
+
+    def _insert_options_in_script(self):
+        super()._insert_options_in_script()
+        extra = []
+        if self.gpus_per_node:
+            extra.append(f"#SBATCH --gpus-per-node={self.gpus_per_node}")
+        extra += [f"#SBATCH {shlex.join(option)}" for option in slurm.grouped(self.options)]
+        if extra:
+            first, rest = self.batch_template.split("\n", 1)
+            self.batch_template = "\n".join([first, *extra, rest])
+
+
+class MPIEngineSetLauncher(ipp_launcher.MPIEngineSetLauncher):
+    """ipyparallel's mpiexec launcher, without ``ipengine --mpi``: the ranks talk over
+    torch.distributed, so the engines need no mpi4py (which ``--mpi`` imports)."""
+
+    @property
+    def program(self):
+        return self.engine_cmd
+
+
 #: The engine-set launcher for each ``--launcher`` name.
 LAUNCHER_CLASSES: dict[str, type[ipp_launcher.BaseLauncher]] = {
     "ssh": SSHEngineSetLauncher,
-    "slurm": ipp_launcher.SlurmEngineSetLauncher,
-    "mpi": ipp_launcher.MPIEngineSetLauncher,
+    "slurm": SlurmEngineSetLauncher,
+    "mpi": MPIEngineSetLauncher,
     "local": ipp_launcher.LocalEngineSetLauncher,
 }
+
+
+def scheduler_options(rc: RemoteConfig) -> dict:
+    """The scheduler's words of ``rc`` (``--partition``, ``--time``, ``--gpus-per-node``) as
+    options of ipyparallel's Slurm launcher."""
+    named = {"queue": rc.partition, "timelimit": rc.time, "gpus_per_node": rc.gpus_per_node}
+    return {k: v for k, v in named.items() if v is not None}
 
 
 def launcher_options(kind: str, options: dict) -> dict:
