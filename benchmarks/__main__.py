@@ -34,6 +34,8 @@ BENCHMARKS = (
     "bench_report",
     "bench_recovery",
     "bench_slow_link",
+    "bench_pipeline",
+    "bench_sweep",
 )
 
 _FIELDS = {f.name for f in dataclasses.fields(Result)}

@@ -35,6 +35,8 @@ _PUBLIC = {
     "attach": "nbdist.notebook.attach",
     "runs": "nbdist.notebook.runs",
     "compare": "nbdist.notebook.runs",
+    "sweep": "nbdist.notebook.sweep",  # %%distributed --sweep, from Python
+    "trials": "nbdist.notebook.trial_table",
     # engine side
     "rank": "nbdist.worker.context",
     "world_size": "nbdist.worker.context",
@@ -48,8 +50,9 @@ _PUBLIC = {
     "checkpoint": "nbdist.worker.checkpoint",
     "restore": "nbdist.worker.checkpoint",
     "restored": "nbdist.worker.checkpoint",
-    "pipeline": "nbdist.worker.pipeline",  # stages of an nn.Sequential on ranks, and replicas
+    "pipeline": "nbdist.worker.pipeline",  # a model's stages on ranks, and replicas
     "steps": "nbdist.worker.steps",
+    "trial": "nbdist.worker.trials",  # a sweep's trial: its id and values
     # framework adapters, one line each (see nbdist.worker.integrations)
     "LightningLogger": "nbdist.worker.integrations.lightning",
     "AccelerateTracker": "nbdist.worker.integrations.accelerate",

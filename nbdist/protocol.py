@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .telemetry.events import Batch, EventRecord, HealthSample, MetricRecord
+from .telemetry.events import Batch, EventRecord, HealthSample, MetricRecord, PipelineRole
 
 __all__ = [
     "Batch",
@@ -38,9 +38,11 @@ __all__ = [
     "Inventory",
     "MetricRecord",
     "PackedValue",
+    "PipelineRole",
     "RankInfo",
     "ShardMeta",
     "SlotRecord",
+    "TrialInfo",
     "ValueInfo",
 ]
 
@@ -159,6 +161,17 @@ class Program:
 
 
 @dataclass(frozen=True)
+class TrialInfo:
+    """One trial of a sweep, sent with its cell: ``values`` are defined as names in the cell's
+    namespace first, and ``nbdist.trial()`` returns this record."""
+
+    sweep: str  # the sweep's name (``--name``), or its run key
+    trial: int  # the trial's id, 0.. in trial order
+    values: dict[str, Any]  # the swept names and this trial's values (plain literals)
+    attempt: int = 0  # times this trial was started again (``--restarts``)
+
+
+@dataclass(frozen=True)
 class CellRequest:
     """One ``%%distributed`` cell (or script) for one rank."""
 
@@ -167,6 +180,7 @@ class CellRequest:
     group: RankInfo | None = None  # re-form the process group first, as this rank
     want_value: bool = False  # send the last expression's value back (the main rank)
     group_timeout: float = 300.0
+    trial: TrialInfo | None = None  # a sweep's trial: its group is ``group``, of its own ranks
 
 
 @dataclass(frozen=True)
@@ -194,6 +208,7 @@ class CellOutcome:
     summary: str = ""  # one line: the exception, or why the rank was lost
     traceback: str = ""  # the user's frames only
     group_formed: bool = False  # the process group still stands on this rank
+    pipeline: PipelineRole | None = None  # the rank's stage in its latest nbdist.pipeline
 
     @property
     def ok(self) -> bool:

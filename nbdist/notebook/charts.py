@@ -57,7 +57,10 @@ _COLUMNS = (
     ("gpu_util", "gpu %", ".0f"),
     ("gpu_mb", "gpu MB", ".0f"),
     ("comm", "comm %", ".0f"),
+    ("stage", "stage", ""),
+    ("idle", "idle %", ".0f"),
 )
+_OPTIONAL = ("stage", "idle")  # a pipeline's columns: shown when some rank has a value
 _TABLE_ROWS = 16
 
 
@@ -98,21 +101,17 @@ def dashboard_picture(
     if shown:
         tab_ax = fig.add_axes((0.01, table_top - table_h, 0.98, table_h))
         tab_ax.axis("off")
-        table = tab_ax.table(
-            cellText=[[_cell(r.get(k), spec) for k, _, spec in _COLUMNS] for r in shown],
-            colLabels=[label for _, label, _ in _COLUMNS],
-            loc="upper left",
-            cellLoc="left",
-            bbox=(0, 0, 1, 1),
+        cols = [
+            c
+            for c in _COLUMNS
+            if c[0] not in _OPTIONAL or any(r.get(c[0]) is not None for r in shown)
+        ]
+        state_table(
+            tab_ax,
+            [[_cell(r.get(k), spec) for k, _, spec in cols] for r in shown],
+            [label for _, label, _ in cols],
+            [_STATE_COLOURS.get(r["state"], "#555") for r in shown],
         )
-        table.auto_set_font_size(False)
-        table.set_fontsize(7.5)
-        for cell in table.get_celld().values():
-            cell.get_text().set_parse_math(False)
-        for i, r in enumerate(shown, start=1):
-            cell = table[i, 2]
-            cell.set_facecolor(_STATE_COLOURS.get(r["state"], "#555"))
-            cell.get_text().set_color("white")
     y = table_top - table_h - 0.25 / height
     if more:
         fig.text(0.01, y, f"... and {more} more ranks", fontsize=8)
@@ -122,6 +121,30 @@ def dashboard_picture(
         fig.text(0.01, y, f"{kind}{who}: {message}"[:140], fontsize=8, parse_math=False)
         y -= 0.2 / height
     return figure_png(fig)
+
+
+def state_table(
+    ax: Any, text: list[list[str]], labels: list[str], colours: list[str], widths=None
+) -> Any:
+    """A table of rows whose third column is a state, on its colour (runs' ranks, sweeps'
+    trials); text is drawn as given (no math), in a small font."""
+    table = ax.table(
+        cellText=text,
+        colLabels=labels,
+        colWidths=widths,
+        loc="upper left",
+        cellLoc="left",
+        bbox=(0, 0, 1, 1),
+    )
+    table.auto_set_font_size(False)
+    table.set_fontsize(7.5)
+    for cell in table.get_celld().values():
+        cell.get_text().set_parse_math(False)
+    for i, colour in enumerate(colours, start=1):
+        cell = table[i, 2]
+        cell.set_facecolor(colour)
+        cell.get_text().set_color("white")
+    return table
 
 
 def figure_png(fig: Any) -> bytes:

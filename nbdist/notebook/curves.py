@@ -113,3 +113,12 @@ class Outbox:
         out = minmax(self.x, self.y, self.limit // 2)
         self.x, self.y = [], []
         return out
+
+
+def decimated(curve: Curve, points: int) -> list:
+    """``[xs, ys, stride]`` of ``curve``, cut to about ``points`` points, as a board's history
+    sends it; ``stride``: raw points per bucket at that resolution, so the browser goes on
+    adding points at the same one."""
+    xs, ys = minmax(curve.x, curve.y, max(1, points // 2))
+    factor = max(1, round(len(curve) / max(1, len(xs))))
+    return [xs, ys, curve.stride * factor]

@@ -17,14 +17,13 @@ Everything here is plain data: numbers are finite or None (a NaN loss travels as
 
 from __future__ import annotations
 
-import base64
 import math
 from typing import Any
 
 from ..config import TelemetryConfig
 from ..telemetry.events import MetricRecord, RunEvent
 from .collector import Collector, RankState
-from .curves import Curve, Outbox, minmax
+from .curves import Curve, Outbox, decimated
 
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
 _HISTORY_POINTS = 4000  # points per history, shared among the ranks' curves
@@ -60,6 +59,8 @@ def rank_row(st: RankState, now: float) -> dict:
         "gpu_util": _num(h and h.gpu_util),
         "gpu_mb": _num(h and h.gpu_mem and h.gpu_mem / 2**20),
         "comm": _num(h and h.comm_share is not None and h.comm_share * 100),
+        "stage": str(h.pipeline) if h and h.pipeline else None,  # a pipeline's: "0/2", "1/2 r1"
+        "idle": _num(h and h.idle_share is not None and h.idle_share * 100),
         # whole seconds: a row is sent again when something a person would notice changed
         "quiet": None if st.last_seen is None else round(max(0.0, now - st.last_seen)),
     }
@@ -122,14 +123,9 @@ class Dashboard:
         self._handle = display(self._bundle(), raw=True, display_id=True)
 
     def _bundle(self, png: bytes | None = None) -> dict:
-        data: dict = {}
-        if self.widget is not None:
-            bundle = self.widget._repr_mimebundle_() or {}  # anywidget: (data, metadata)
-            data = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
-        data["text/plain"] = f"nbdist dashboard: {self.title}"
-        if png is not None:
-            data["image/png"] = base64.b64encode(png).decode("ascii")
-        return data
+        from .widget import bundle
+
+        return bundle(self.widget, f"nbdist dashboard: {self.title}", png)
 
     # -- updating -----------------------------------------------------------------------------
     def update(
@@ -212,11 +208,9 @@ class Dashboard:
         history = {
             "kind": "history",
             "seq": self.seq,
-            "loss": {
-                str(r): _decimated(st.losses, per_rank) for r, st in sorted(col.ranks.items())
-            },
-            "mean": _decimated(col.mean, 2000),
-            "rate": _decimated(self.rate, 1000),
+            "loss": {str(r): decimated(st.losses, per_rank) for r, st in sorted(col.ranks.items())},
+            "mean": decimated(col.mean, 2000),
+            "rate": decimated(self.rate, 1000),
             "rows": self.rows,
             "events": [event_dict(e) for e in events[-_EVENTS_KEPT:]],
             "logs": {str(r): list(st.log) for r, st in col.ranks.items()},
@@ -243,14 +237,6 @@ class Dashboard:
         if self._handle is not None:
             self._handle.update(self._bundle(png), raw=True)
         return png
-
-
-def _decimated(curve: Curve, points: int) -> list:
-    """``[xs, ys, stride]`` of ``curve``, cut to about ``points`` points; ``stride``: raw points
-    per bucket at that resolution, so the browser goes on adding points at the same one."""
-    xs, ys = minmax(curve.x, curve.y, max(1, points // 2))
-    factor = max(1, round(len(curve) / max(1, len(xs))))
-    return [xs, ys, curve.stride * factor]
 
 
 def _size(msg: dict) -> int:

@@ -16,6 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from ..config import CellOptions
 from ..errors import UsageError
 from . import session
+from .sweep_spec import SweepSpec, parse_sweep
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,7 +95,7 @@ def _nbdist_parser() -> _Parser:
     sub.add_parser("stop", help="stop every engine and the controller")
     at = sub.add_parser("attach", help="use a cluster started from the sidebar")
     at.add_argument("cluster_id", nargs="?", default=None, help="default: the newest one")
-    sub.add_parser("status", help="show each rank: host, pid, device, GPU, state")
+    sub.add_parser("status", help="show each rank: host, pid, device, GPU, state, pipeline stage")
     sc = sub.add_parser("scatter", help="send one shard of a notebook array to each rank")
     sc.add_argument("name", help="notebook variable: an array, a tensor or a tuple of them")
     sc.add_argument("--stratify", default=None, metavar="LABELS", help="notebook labels variable")
@@ -110,6 +111,7 @@ def _nbdist_parser() -> _Parser:
     pl = sub.add_parser("pull", help="bring an engine variable into the notebook")
     pl.add_argument("name")
     pl.add_argument("--rank", type=int, default=0)
+    pl.add_argument("--trial", default=None, help="from the latest sweep's trial: ID or best")
     pl.add_argument("--as", dest="target", default=None, help="notebook name (default: NAME)")
     return p
 
@@ -117,7 +119,37 @@ def _nbdist_parser() -> _Parser:
 def _distributed_parser() -> _Parser:
     p = _Parser(prog="%%distributed", description="Run this cell on every rank at once.")
     _add_cell_options(p)
+    # sweeps (see nbdist.notebook.sweep)
+    p.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="NAME=VALUES",
+        help="run once per value: lr=0.1,0.01 (a grid), or lr=1e-4..1e-1:log with --samples",
+    )
+    p.add_argument("--trial-size", type=_positive, default=None, help="ranks per trial")
+    p.add_argument("--samples", type=_positive, default=None, help="draw N random trials")
+    p.add_argument("--seed", type=int, default=0, help="seed of --samples' draws")
+    p.add_argument(
+        "--stop-early", default=None, metavar="RULE", help="median: stop hopeless trials"
+    )
     return p
+
+
+def _sweep_spec(args: argparse.Namespace) -> SweepSpec | None:
+    """The sweep the options ask for, checked; None for a plain cell."""
+    given = [o for o in ("trial_size", "samples", "stop_early") if getattr(args, o) is not None]
+    if not args.sweep:
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UsageError(f"{flag} belongs to a sweep: add --sweep NAME=VALUES")
+        return None
+    params = dict(parse_sweep(text) for text in args.sweep)
+    if len(params) != len(args.sweep):
+        raise UsageError("each name takes one --sweep: list all its values in it")
+    return SweepSpec(
+        params, args.trial_size or 1, args.samples, args.seed, args.stop_early, args.name
+    )
 
 
 def _add_cell_options(p: argparse.ArgumentParser) -> None:
@@ -192,9 +224,10 @@ def _parse(parser: _Parser, line: str) -> argparse.Namespace | None:
 
 
 def _status_table(rows: list[dict]) -> str:
-    cols = ["rank", "host", "pid", "device", "gpu", "state"]
-    if all(r.get("gpu", "-") == "-" for r in rows):
-        cols.remove("gpu")  # a CPU-only cluster: no column of dashes
+    cols = ["rank", "host", "pid", "device", "gpu", "state", "stage", "replica"]
+    for optional in ("gpu", "stage", "replica"):  # a CPU-only cluster, no pipeline: no dashes
+        if all(r.get(optional, "-") == "-" for r in rows):
+            cols.remove(optional)
     widths = {c: max(len(c), *(len(str(r.get(c, "-"))) for r in rows)) for c in cols}
     lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
     lines += ["  ".join(str(r.get(c, "-")).ljust(widths[c]) for c in cols) for r in rows]
@@ -273,7 +306,12 @@ class NbdistMagics(Magics):
             target = args.target
             if target is not None and (not target.isidentifier() or keyword.iskeyword(target)):
                 raise UsageError(f"--as {target!r} is not a variable name: use letters, digits, _")
-            value = session.current().pull(args.name, rank=args.rank)
+            if args.trial is not None:
+                from .sweep import pull_trial
+
+                value = pull_trial(args.name, args.trial)
+            else:
+                value = session.current().pull(args.name, rank=args.rank)
             self.shell.user_ns[target or args.name] = value
         return None
 
@@ -282,7 +320,9 @@ class NbdistMagics(Magics):
         """Run the cell on every rank at once; rank 0's last expression is the cell's value.
 
         Options: ``--timeout SECONDS``, ``--ranks 0,2``, ``--all-output``; telemetry:
-        ``--no-dashboard``, ``--total N``, ``--tensorboard DIR``, ``--stop-on-nan``, ``--name``.
+        ``--no-dashboard``, ``--total N``, ``--tensorboard DIR``, ``--stop-on-nan``, ``--name``;
+        a sweep: ``--sweep NAME=VALUES`` (repeated), ``--trial-size K``, ``--samples N``,
+        ``--seed S``, ``--stop-early median`` (see ``nbdist.notebook.sweep``).
         """
         args = _parse(_distributed_parser(), line)
         if args is None:
@@ -290,6 +330,11 @@ class NbdistMagics(Magics):
         from . import programs
 
         opts = _cell_options(args)
+        spec = _sweep_spec(args)
         session.current()  # no cluster: that error first
         program = session.cell(cell, self.shell.transform_cell)
+        if spec is not None:
+            from .sweep import run_sweep
+
+            return run_sweep(program, spec, opts, board=not args.no_dashboard)
         return programs.run_watched(program, opts, args.name)

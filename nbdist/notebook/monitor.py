@@ -64,6 +64,8 @@ class RunMonitor:
         opts: CellOptions,
         *,
         name: str = "",
+        label: str = "",
+        world_size: int | None = None,
         dashboard: bool = True,
         total: int | None = None,
         tensorboard: str | None = None,
@@ -100,7 +102,8 @@ class RunMonitor:
             name=name,
             source=source,
             options=options,
-            world_size=len(cluster.slots),
+            world_size=world_size or len(cluster.slots),
+            label=label,
             cluster_id=str(getattr(cluster.engines, "cluster_id", "") or ""),
             total=total,
         )

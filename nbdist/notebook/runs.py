@@ -125,6 +125,8 @@ def runs(limit: int = 20, store: RunStore | None = None) -> RunList:
 def _run(ref: Any, store: RunStore) -> Run:
     if isinstance(ref, Run):
         return ref
+    if getattr(ref, "run_id", None) is not None:  # a sweep's trial (trial_table.TrialRow)
+        ref = ref.run_id
     if isinstance(ref, bool) or not isinstance(ref, int):
         raise UsageError(f"compare() takes runs or run ids, not {ref!r}")
     rec = store.get_run(ref)
@@ -149,7 +151,8 @@ def _figure_class() -> type:
 
 def compare(*run_refs: Any, store: RunStore | None = None, per_rank: bool = False) -> Any:
     """Plot the loss curves of several runs together (mean over ranks; each rank with
-    ``per_rank=True``). Takes ``Run`` objects or run ids; returns the matplotlib Figure."""
+    ``per_rank=True``). Takes ``Run`` objects, run ids or a sweep's trials
+    (``nbdist.trials().best(3)``); returns the matplotlib Figure."""
     _Figure = _figure_class()
     if len(run_refs) == 1 and isinstance(run_refs[0], Sequence):
         run_refs = tuple(run_refs[0])

@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import config
 from ..errors import DistributedCellError, NbdistError, UsageError
-from ..protocol import Inventory, Program, RankInfo
+from ..protocol import Inventory, PipelineRole, Program, RankInfo
 from ..worker import api
 from . import engines, fanout, hosts, placement
 from .controller import RunController
@@ -59,6 +59,8 @@ class Cluster:
         self._journal_keys: dict[str, int] = {}  # a keyed step (a scatter's name): its place
         self._replaying = False
         self.exited: dict[int, EngineExit] = {}  # engine deaths by pid (see drain_exits)
+        self.roles: dict[int, PipelineRole] = {}  # each rank's stage, from its latest cell
+        self.last_sweep: Any = None  # the latest sweep's TrialTable (%nbdist pull --trial)
 
     # -- life -------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -315,7 +317,8 @@ class Cluster:
         return value
 
     def status(self) -> list[dict]:
-        """One row per rank: rank, host, pid, device, its GPU (name, memory), state."""
+        """One row per rank: rank, host, pid, device, its GPU (name, memory), state, and its
+        pipeline stage and replica when its latest cell built a pipeline."""
         alive = set(self.client.ids) if self.client else set()
         return [
             {
@@ -326,9 +329,16 @@ class Cluster:
                 "device": s.device,
                 "gpu": placement.gpu_label(self.inventory.get(s.engine_id), s.device),
                 "state": "ready" if s.engine_id in alive else "lost",
+                **_role_columns(self.roles.get(s.rank)),
             }
             for s in self.slots
         ]
+
+
+def _role_columns(role: PipelineRole | None) -> dict:
+    if role is None:
+        return {}
+    return {"stage": f"{role.stage}/{role.stages}", "replica": f"{role.replica}/{role.replicas}"}
 
 
 def cell(source: str, transform: Callable[[str], str] | None = None) -> Program:

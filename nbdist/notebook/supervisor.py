@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..config import CellOptions
 from ..errors import CellInterrupted, DistributedCellError, RankFailure, UsageError
-from ..protocol import CellOutcome, CellRequest, Program, RankInfo
+from ..protocol import CellOutcome, CellRequest, Program, RankInfo, TrialInfo
 from ..worker import api
 from . import fanout
 from .observers import RunObserver
@@ -35,6 +35,21 @@ _SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # engin
 def _lost(kind: str, summary: str) -> CellOutcome:
     """The outcome of a rank whose engine died, hung or had to be killed (no reply from it)."""
     return CellOutcome(kind=kind, at=time.time(), summary=summary)
+
+
+class _NoReply:
+    """Stands for the call never sent to an engine already gone: nothing will arrive."""
+
+    metadata: dict = {}
+
+    def ready(self) -> bool:
+        return True
+
+    def get(self, timeout: float = 0) -> None:
+        raise RuntimeError("no cell was sent: the engine had gone")
+
+    def wait_for_output(self, timeout: float = 0) -> None:
+        pass
 
 
 @dataclass
@@ -84,13 +99,22 @@ class CellRun:
         groups: dict[int, RankInfo],
         run_key: str = "default",
         observers: list[RunObserver] | None = None,
+        trial: TrialInfo | None = None,
+        wake: threading.Event | None = None,
     ):
         self.cluster = cluster
         self.opts = opts
         self.observers = list(observers or ())
         ranks = list(opts.ranks) if opts.ranks is not None else [s.rank for s in cluster.slots]
         self.main_rank = ranks[0]
-        self._wake = threading.Event()  # set when a rank's reply arrives
+        self.prefix = f"[trial {trial.trial}] " if trial is not None else ""
+        self.report = CellReport()
+        self._t0 = time.monotonic()
+        self._deadline = self._t0 + opts.timeout if opts.timeout else None
+        self._first_failure: float | None = None
+        self._timed_out = False
+        # set when a rank's reply arrives (a sweep shares one among its trials' cells)
+        self._wake = wake or threading.Event()
         self._news = True
         self._quiet_since = time.monotonic()
         self.ranks: dict[int, RankRun] = {}
@@ -102,10 +126,27 @@ class CellRun:
                 group=groups.get(r),
                 want_value=r == self.main_rank,
                 group_timeout=cluster.cfg.group_timeout,
+                trial=trial,
             )
+            gone = self._gone(slot)
+            if gone:  # died since the last cell: a death like one during the cell
+                self.ranks[r] = RankRun(
+                    r, slot.engine_id, slot.pid, _NoReply(), _lost("died", gone)
+                )
+                continue
             ar = fanout.submit(cluster.client, {r: slot.engine_id}, api.run_cell, request)[r]
             ar.add_done_callback(lambda _: self._wake.set())  # from ipyparallel's IO thread
             self.ranks[r] = RankRun(r, slot.engine_id, slot.pid, ar)
+
+    def _gone(self, slot) -> str:
+        """Why the engine of ``slot`` cannot take the cell (it exited, or the controller
+        dropped it), or "" when it can."""
+        ex = self.cluster.drain_exits().get(slot.pid)
+        if ex is not None:
+            return f"engine process {ex.describe()} (pid {ex.pid}) before the cell"
+        if slot.engine_id not in self.cluster.client.ids:
+            return f"engine {slot.engine_id} (pid {slot.pid}) was gone before the cell"
+        return ""
 
     # -- output ---------------------------------------------------------------------------
     def _visible(self, r: int) -> bool:
@@ -127,7 +168,7 @@ class CellRun:
             if final and lines and lines[-1] == "":
                 lines.pop()
             if lines and self._visible(rk.rank):
-                prefix = f"[rank {rk.rank}] " if self.opts.all_output else ""
+                prefix = self.prefix + (f"[rank {rk.rank}] " if self.opts.all_output else "")
                 target.write("".join(f"{prefix}{line}\n" for line in lines))
                 target.flush()
         outputs = md.get("outputs", [])
@@ -218,30 +259,31 @@ class CellRun:
         self._wake.wait(_POLL if busy else _IDLE_POLL)
         self._wake.clear()
 
-    def wait(self) -> CellReport:
-        """Watch the cell to its end and say how it went."""
-        report = CellReport()
-        t0 = time.monotonic()
-        deadline = t0 + self.opts.timeout if self.opts.timeout else None
-        first_failure: float | None = None
-        timed_out = False
-        try:
-            while self._running():
-                self._poll_once(report)
-                now = time.monotonic()
-                failed = [rk for rk in self.ranks.values() if rk.outcome and not rk.outcome.ok]
-                if failed and first_failure is None:
-                    first_failure = now
-                if first_failure is not None and now - first_failure > self.opts.grace:
-                    self._stop_running(report)
-                elif deadline is not None and now > deadline:
-                    timed_out = True
-                    self._stop_running(report)
-                else:
-                    self._pause(now)
-        except KeyboardInterrupt:
-            report.interrupted = True
-            self._stop_running(report)
+    def step(self) -> bool:
+        """One look at the ranks, acting on a failure (after the grace) and on the deadline;
+        True once no rank runs. ``wait`` loops on it; a sweep steps many cells in turn."""
+        if not self._running():
+            return True
+        self._poll_once(self.report)
+        now = time.monotonic()
+        if self._first_failure is None and any(
+            rk.outcome and not rk.outcome.ok for rk in self.ranks.values()
+        ):
+            self._first_failure = now
+        if self._first_failure is not None and now - self._first_failure > self.opts.grace:
+            self._stop_running(self.report)
+        elif self._deadline is not None and now > self._deadline:
+            self._timed_out = True
+            self._stop_running(self.report)
+        return not self._running()
+
+    def interrupt(self) -> None:
+        """Stop every rank still running: the interrupt button, or a sweep stopping a trial."""
+        self.report.interrupted = True
+        self._stop_running(self.report)
+
+    def finish(self) -> CellReport:
+        """Once no rank runs: the last output and reports, and how the cell went."""
         for rk in self.ranks.values():
             if rk.outcome is None:
                 self._collect(rk)
@@ -250,13 +292,26 @@ class CellRun:
             self._stream(rk, final=True)
         for obs in self.observers:  # the last reports, which may have trailed the reply too
             obs.on_poll(self.ranks)
-        report.seconds = time.monotonic() - t0
-        self._summarise(report, timed_out)
-        return report
+        self.report.seconds = time.monotonic() - self._t0
+        self._summarise(self.report, self._timed_out)
+        return self.report
+
+    def wait(self) -> CellReport:
+        """Watch the cell to its end and say how it went."""
+        try:
+            while not self.step():
+                self._pause(time.monotonic())
+        except KeyboardInterrupt:
+            self.interrupt()
+        return self.finish()
 
     def _summarise(self, report: CellReport, timed_out: bool) -> None:
         for rk in self.ranks.values():
             out = rk.outcome
+            if out.kind not in ("died", "hung"):  # what the rank answered of itself
+                self.cluster.roles.pop(rk.rank, None)
+                if out.pipeline is not None:
+                    self.cluster.roles[rk.rank] = out.pipeline
             if not out.group_formed and len(self.ranks) == len(self.cluster.slots):
                 report.group_broken = True
             if out.ok:

@@ -81,6 +81,20 @@ class EventRecord(NamedTuple):
 
 
 @dataclass(frozen=True)
+class PipelineRole:
+    """A rank's place in a pipeline (``nbdist.pipeline``): its stage and its replica."""
+
+    stage: int
+    stages: int
+    replica: int = 0
+    replicas: int = 1
+
+    def __str__(self) -> str:
+        where = f"{self.stage}/{self.stages}"
+        return where if self.replicas == 1 else f"{where} r{self.replica}"
+
+
+@dataclass(frozen=True)
 class HealthSample:
     """A rank's health, sampled every half second by the engine's reporter thread."""
 
@@ -95,6 +109,8 @@ class HealthSample:
     step_time: float | None = None  # seconds between the last two report() calls
     comm_share: float | None = None  # fraction of the step spent in collectives, None if unknown
     reports: int = 0  # report() calls so far in this cell
+    pipeline: PipelineRole | None = None  # the rank's stage, when its latest pipeline stepped
+    idle_share: float | None = None  # fraction of its last pipeline step the stage waited
 
 
 @dataclass(frozen=True)

@@ -86,11 +86,12 @@ def host_address(peer: str, interface: str | None = None) -> str:
     return rendezvous.host_address(peer, interface)
 
 
-def serve_store(addr: str) -> int:
-    """Serve the rendezvous store on ``addr`` (rank 0's engine); its port."""
+def serve_store(addr: str, own: bool = False) -> int:
+    """Serve the rendezvous store on ``addr`` (rank 0's engine; ``own``: a sweep trial's
+    store, for its group alone); its port."""
     from . import rendezvous
 
-    return rendezvous.serve_store(addr)
+    return rendezvous.serve_store(addr, own)
 
 
 def form(info: RankInfo, timeout: float) -> float:
@@ -114,6 +115,20 @@ def fetch(name: str) -> PackedValue | None:
 
     ns = state.namespace()
     return portable(ns[name]) if name in ns else None
+
+
+def fetch_trial(trial_id: int, name: str) -> PackedValue | None:
+    """The packed value ``name`` had when a sweep's trial ended here (``%nbdist pull --trial``)."""
+    from . import trials
+
+    return trials.fetch(trial_id, name)
+
+
+def forget_trials(keep: tuple[int, ...] = ()) -> None:
+    """Drop what earlier trials left on this engine, except the trials in ``keep``."""
+    from . import trials
+
+    trials.forget(keep)
 
 
 # -- data (``nbdist.scatter`` and ``nbdist.gather``; see ``shards``) -------------------------------

@@ -115,9 +115,9 @@ def _own_states(state: dict) -> list | None:
     rank 0 (None elsewhere, and when there are none); tensors travel on the CPU."""
     import torch.distributed as dist
 
-    from . import sync
+    from . import pipeline, sync
 
-    local = {k: v for k, v in state.items() if sync.is_rank_local(v)}
+    local = {k: v for k, v in state.items() if sync.is_rank_local(v) or pipeline.holds_stage(v)}
     if not local:  # the same answer on every rank: they prepared the same way
         return None
     mine = _on_cpu(_saved_form(local))
@@ -152,7 +152,14 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
     import torch
 
     gens, rest = _split(state)
-    rngs = _gather({"rng": _rng_state(), "generators": {k: g.get_state() for k, g in gens.items()}})
+    stage = engine.pipeline.stage if engine.pipeline is not None else None
+    rngs = _gather(
+        {
+            "rng": _rng_state(),
+            "generators": {k: g.get_state() for k, g in gens.items()},
+            "stage": stage,
+        }
+    )
     own = _own_states(rest)
     if context.current().rank != 0:
         return
@@ -236,8 +243,7 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
         raise UsageError(
             f"nbdist.restore: the checkpoint has no {missing}; it holds {sorted(saved)}"
         )
-    own = payload.get("ranks")
-    own = own[info.rank] if own and len(own) == info.world_size else {}
+    own = _own_saved(payload.get("ranks"), rngs, info.rank, info.world_size)
     for k, obj in rest.items():
         target = _unwrap(obj)
         if hasattr(target, "load_state_dict"):
@@ -259,6 +265,24 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
             step=payload["step"] + 1,
         )
     return payload["step"] + 1
+
+
+def _own_saved(own: list | None, rngs: list, rank: int, world_size: int) -> dict:
+    """What this rank saved itself, of the objects that differ between ranks. With another world
+    size: a pipeline stage's from a rank that held the same stage, and rank 0's otherwise."""
+    if not own:
+        return {}
+    if len(own) == world_size:
+        return own[rank]
+    if engine.pipeline is None:
+        return {}
+    stages = [r.get("stage") for r in rngs]
+    if engine.pipeline.stage not in stages:
+        raise UsageError(
+            f"nbdist.restore: the checkpoint holds stages {sorted(set(stages) - {None})}, not "
+            f"stage {engine.pipeline.stage}: split the model as the checkpointed run did"
+        )
+    return own[stages.index(engine.pipeline.stage)]
 
 
 def restored() -> dict:

@@ -1,7 +1,8 @@
 """Pipeline parallelism across engines: each rank holds one stage of a model too big for one.
 
 ``pipe = nbdist.pipeline(model, split=["2"], microbatches=4, loss_fn=F.mse_loss)`` cuts an
-``nn.Sequential`` before each named layer; rank ``i`` keeps stage ``i`` (``pipe.stage``), and
+``nn.Sequential`` before each named layer (any other module is traced and cut before named
+submodules: ``pipeline_split``); rank ``i`` keeps stage ``i`` (``pipe.stage``), and
 ``pipe.step(inputs, targets)`` runs the whole batch through every stage in microbatches
 (``torch.distributed.pipelining``), leaving in each stage the gradients of one process training on
 the whole batch, and returning the batch's mean loss on every rank. An ordinary optimizer over
@@ -15,54 +16,27 @@ returned is the mean over the replicas.
 
 Every bad input is a one-line ``UsageError`` raised on every rank before any communication, so a
 cell fails the same way everywhere and no rank waits for a peer that gave up.
+
+Measured on every step: ``pipe.last_step_time`` and ``pipe.idle_share``, the share of the step
+this stage spent not computing (the pipeline's bubble, and waiting for its neighbours); the
+dashboard shows both per rank, with the rank's stage. ``nbdist.checkpoint``/``nbdist.steps`` save
+each rank's own stage (and the optimizers over it) and restore it to the rank holding that stage.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
+from ..protocol import PipelineRole
 from . import context
 from .pipeline_groups import Layout, average_gradients, layout
+from .pipeline_split import cut
+from .state import engine
 
 SCHEDULES = ("1f1b", "gpipe")
-
-
-def _stages(model: Any, split: Sequence[str]) -> list[OrderedDict]:
-    """The model's top-level layers grouped into stages, one group per split point plus one."""
-    import torch.nn as nn
-
-    if not isinstance(model, nn.Sequential):
-        raise UsageError(
-            f"pipeline splits an nn.Sequential, not a {type(model).__name__}: write the model as "
-            "nn.Sequential(...) of layers that run in order"
-        )
-    if isinstance(split, str) or not all(isinstance(s, str) for s in split):
-        raise UsageError(f"split must be a list of layer names, such as split=['2'], not {split!r}")
-    names = [name for name, _ in model.named_children()]
-    at = []
-    for s in split:
-        if s not in names:
-            raise UsageError(
-                f"split name {s!r} is not a layer of the model: name one of its top-level "
-                f"layers {', '.join(names)}"
-            )
-        at.append(names.index(s))
-    if at and at[0] == 0:
-        raise UsageError(
-            f"split {split[0]!r} is the first layer, which would leave stage 0 empty: "
-            "name the layers where stages 1, 2, ... begin"
-        )
-    if at != sorted(set(at)):
-        raise UsageError(
-            f"split names {list(split)} must each appear once, in the model's layer order "
-            f"({', '.join(names)})"
-        )
-    bounds = [0, *at, len(names)]
-    children = list(model.named_children())
-    return [OrderedDict(children[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def _check_layout(stages: int, world: int) -> None:
@@ -79,29 +53,82 @@ def _check_layout(stages: int, world: int) -> None:
         )
 
 
+class _ChunkClock:
+    """Adds up the time a stage spends computing its chunks (the rest of a step it waits), by
+    wrapping the runtime's two chunk methods. On a GPU, chunks are timed with CUDA events (a
+    kernel runs after its launch returns), read once the step has ended."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.busy, self.events = 0.0, []
+        self._cuda = runtime.device.type == "cuda"
+        for name in ("forward_one_chunk", "backward_one_chunk"):
+            setattr(runtime, name, self._timed(getattr(runtime, name)))
+
+    def start(self) -> None:
+        self.busy, self.events = 0.0, []
+
+    def seconds(self) -> float:
+        return self.busy + sum(a.elapsed_time(b) for a, b in self.events) / 1000
+
+    def _timed(self, run: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._cuda:
+                import torch
+
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                try:
+                    return run(*args, **kwargs)
+                finally:
+                    b.record()
+                    self.events.append((a, b))
+            t = time.perf_counter()
+            try:
+                return run(*args, **kwargs)
+            finally:
+                self.busy += time.perf_counter() - t
+
+        return timed
+
+
 class Pipeline:
     """This rank's stage of a pipeline and the schedule that runs a batch through all stages."""
 
     def __init__(
         self,
-        stage: Any,
+        cut: Any,
         lay: Layout,
-        num_stages: int,
         microbatches: int,
         loss_fn: Callable[[Any, Any], Any],
         schedule: str,
     ) -> None:
-        self.stage = stage
+        self._cut = cut
+        self.stage = self._own(cut.module(lay.stage))
+        """This rank's stage: a module of the model's own layers (and parameter objects)."""
         self.stage_index = lay.stage
         self.replica = lay.replica
         self.replicas = lay.replicas
         self._layout = lay
-        self.num_stages = num_stages
+        self.num_stages = cut.num_stages
         self.microbatches = microbatches
         self.schedule = schedule
         self._loss_fn = loss_fn
         self._runner: Any = None
+        self._clock: Any = None
         self._key: tuple | None = None
+        self.last_step_time: float | None = None
+        """Seconds the latest ``step`` took on this rank."""
+        self.idle_share: float | None = None
+        """The share of the latest ``step`` this stage spent not computing: the pipeline's
+        bubble, and waiting for its neighbours and the replicas."""
+        self.role = PipelineRole(lay.stage, cut.num_stages, lay.replica, lay.replicas)
+
+    @staticmethod
+    def _own(module: Any) -> Any:
+        """``module`` on this rank's device, known to checkpoints as a stage (``holds_stage``)."""
+        module = module.to(context.device())
+        engine.pipeline_parts.add(module)
+        return module
 
     @property
     def is_first(self) -> bool:
@@ -117,6 +144,13 @@ class Pipeline:
             f"replica {self.replica} of {self.replicas}, "
             f"microbatches={self.microbatches}, schedule={self.schedule!r})"
         )
+
+    def state_dict(self) -> dict:
+        """This rank's stage's state (``nbdist.checkpoint(model=pipe)`` saves it per rank)."""
+        return self.stage.state_dict()
+
+    def load_state_dict(self, state: dict) -> Any:
+        return self.stage.load_state_dict(state)
 
     def _scaled_loss(self, output: Any, target: Any) -> Any:
         # Each microbatch's loss is divided by their number, so that backward accumulates the
@@ -148,17 +182,18 @@ class Pipeline:
     def _schedule_for(self, inputs: Any) -> Any:
         """The torch schedule for this batch shape: built again when the shape changes, because a
         stage infers the shapes it sends and receives from its first microbatch."""
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
         key = (tuple(inputs.shape), inputs.dtype)
         if self._runner is None or key != self._key:
-            device = context.device()
-            stage = PipelineStage(
-                self.stage, self.stage_index, self.num_stages, device, group=self._layout.pipe_group
+            self._cut.module(self.stage_index, inputs[: len(inputs) // self.microbatches])
+            runtime = self._cut.runtime(
+                self.stage, self.stage_index, context.device(), self._layout.pipe_group
             )
+            self._clock = _ChunkClock(runtime)
             kind = ScheduleGPipe if self.schedule == "gpipe" else Schedule1F1B
             self._runner = kind(
-                stage, self.microbatches, loss_fn=self._scaled_loss, scale_grads=False
+                runtime, self.microbatches, loss_fn=self._scaled_loss, scale_grads=False
             )
             self._key = key
         return self._runner
@@ -176,8 +211,10 @@ class Pipeline:
         import torch.distributed as dist
 
         self._check_batch(inputs, targets)
+        t0 = time.perf_counter()
         device = context.device()
         runner = self._schedule_for(inputs)
+        self._clock.start()
         losses: list = []
         if self.is_first and self.is_last:
             runner.step(inputs.to(device), target=targets.to(device), losses=losses)
@@ -195,7 +232,28 @@ class Pipeline:
             total += sum(loss.detach().double() for loss in losses)
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(total)
-        return float(total) / self.replicas
+        loss = float(total) / self.replicas  # waits for the device: the step has ended
+        self.last_step_time = time.perf_counter() - t0
+        busy = self._clock.seconds()
+        self.idle_share = max(0.0, min(1.0, 1 - busy / self.last_step_time))
+        engine.pipeline, engine.pipeline_idle = self.role, self.idle_share
+        return loss
+
+
+def holds_stage(obj: Any) -> bool:
+    """True for a pipeline, or a module or optimizer holding parameters of a pipeline's stage on
+    this engine (the stage, the whole model it was cut from, an optimizer over the stage): state
+    that differs between a pipeline's ranks, which checkpoints save from every rank."""
+    if isinstance(obj, Pipeline):
+        return True
+    if not engine.pipeline_parts:
+        return False
+    if callable(getattr(obj, "parameters", None)):
+        params = list(obj.parameters())
+    else:
+        params = [p for g in getattr(obj, "param_groups", None) or () for p in g["params"]]
+    mine = {id(p) for part in engine.pipeline_parts for p in part.parameters()}
+    return any(id(p) in mine for p in params)
 
 
 def pipeline(
@@ -204,13 +262,18 @@ def pipeline(
     microbatches: int,
     loss_fn: Callable[[Any, Any], Any],
     schedule: str = "1f1b",
+    example: Any = None,
 ) -> Pipeline:
-    """Cut ``model`` (an ``nn.Sequential``) before each layer named in ``split``; keep this
-    rank's stage (rank ``i`` holds stage ``i % stages`` of replica ``i // stages``) on its device.
+    """Cut ``model`` before each submodule named in ``split``; keep this rank's stage (rank ``i``
+    holds stage ``i % stages`` of replica ``i // stages``) on its device.
 
-    ``loss_fn(output, target)`` should average over its rows (as torch's losses do by default):
-    the microbatches' losses are averaged, so gradients and the loss are the whole batch's.
-    ``schedule`` is ``"1f1b"`` (less activation memory) or ``"gpipe"``.
+    An ``nn.Sequential`` is cut between its top-level layers (``"2"``: before layer 2). Any other
+    module is traced (``torch.export``) and cut before the submodules named as
+    ``named_modules()`` names them (``"layers.2"``); it needs ``example``, a batch of inputs as
+    ``pipe.step`` takes them. ``loss_fn(output, target)`` should average over its rows (as
+    torch's losses do by default): the microbatches' losses are averaged, so gradients and the
+    loss are the whole batch's. ``schedule`` is ``"1f1b"`` (less activation memory) or
+    ``"gpipe"``.
     """
     info = context.current()
     if schedule not in SCHEDULES:
@@ -219,15 +282,17 @@ def pipeline(
         raise UsageError(f"microbatches must be a whole number of at least 1, not {microbatches!r}")
     if not callable(loss_fn):
         raise UsageError(f"loss_fn must be a function of (output, target), not {loss_fn!r}")
-    groups = _stages(model, split)
-    _check_layout(len(groups), info.world_size)
-    if schedule == "1f1b" and microbatches < len(groups):
+    stages = len(split) + 1 if isinstance(split, (list, tuple)) else 0
+    if stages:  # what the ranks can hold, before any tracing
+        _check_layout(stages, info.world_size)
+    if schedule == "1f1b" and microbatches < stages:
         raise UsageError(
-            f"schedule '1f1b' needs at least as many microbatches as stages ({len(groups)}), "
+            f"schedule '1f1b' needs at least as many microbatches as stages ({stages}), "
             f"not {microbatches}: raise microbatches, or use schedule='gpipe'"
         )
-    import torch.nn as nn
-
-    lay = layout(len(groups), info.world_size, info.rank)
-    stage = nn.Sequential(groups[lay.stage]).to(context.device())
-    return Pipeline(stage, lay, len(groups), microbatches, loss_fn, schedule)
+    parts = cut(model, split, example, microbatches)
+    pipe = Pipeline(
+        parts, layout(stages, info.world_size, info.rank), microbatches, loss_fn, schedule
+    )
+    engine.pipeline = pipe.role
+    return pipe

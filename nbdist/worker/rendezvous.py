@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import sys
 import time
 from datetime import timedelta
 
@@ -24,18 +25,29 @@ from . import context
 from .state import engine
 
 
-def serve_store(addr: str) -> int:
-    """Serve the rendezvous store on ``addr`` (rank 0's engine) and return its port."""
+def serve_store(addr: str, own: bool = False) -> int:
+    """Serve the rendezvous store on ``addr`` (rank 0's engine) and return its port. ``own``:
+    a store of its own for one sweep trial's group, in place of this engine's previous one
+    (the world's store is never shared with a trial's group)."""
+    if own:
+        engine.trial_store = _listen(addr)
+        return engine.trial_store[0].port
     if engine.store is None:
-        sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
-        sock.bind((addr, 0))
-        sock.listen(1024)
-        port = sock.getsockname()[1]
-        engine.store = dist.TCPStore(
-            addr, port, is_master=True, wait_for_workers=False, master_listen_fd=sock.fileno()
-        )
-        engine.store_socket = sock  # keep the fd open as long as the store serves it
+        engine.store, engine.store_socket = _listen(addr)
     return engine.store.port
+
+
+def _listen(addr: str) -> tuple:
+    """A TCPStore served on a free port of ``addr``, and the socket it serves on (kept open as
+    long as the store serves it)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+    sock.bind((addr, 0))
+    sock.listen(1024)
+    port = sock.getsockname()[1]
+    store = dist.TCPStore(
+        addr, port, is_master=True, wait_for_workers=False, master_listen_fd=sock.fileno()
+    )
+    return store, sock
 
 
 def _interface_of(addr: str) -> str | None:
@@ -75,8 +87,8 @@ def form(ri: RankInfo, timeout: float) -> float:
     believe they train together but never synchronise are caught here, not after an epoch.
     """
     t0 = time.perf_counter()
-    abort()  # whatever group this engine had is over
     engine.retired_groups.clear()  # destroyed earlier, idle since: safe to free now
+    _release()  # whatever group this engine had is over (a failed cell aborted it already)
     context.set_current(ri)
     engine.formations = 0
     iface = _interface_of(host_address(ri.master_addr))  # where this host reaches rank 0
@@ -95,6 +107,32 @@ def form(ri: RankInfo, timeout: float) -> float:
     return time.perf_counter() - t0
 
 
+def _release() -> None:
+    """Leave a group whose last cell ended here without failing, as it is: no socket shut, no
+    abort (no peer waits on this rank), so gloo closes its sockets once, when the group is freed
+    (kept until the next formation, or as long as a model uses it). An aborted group closes
+    them twice, and a number reused in between would be closed under its new owner."""
+    if not is_formed():
+        return
+    c10d = dist.distributed_c10d
+    world = c10d._world
+    engine.retired_groups.extend(world.pg_map)
+    c10d._update_default_pg(None)
+    for registry in (
+        world.pg_map,
+        world.pg_names,
+        world.pg_group_ranks,
+        world.pg_backend_config,
+        world.pg_to_tag,
+        world.tags_to_pg,
+        world.pg_coalesce_state,
+    ):
+        registry.clear()
+    c10d._unregister_all_process_groups()
+    world.group_count = 0
+    engine.group_sockets.clear()
+
+
 def is_formed() -> bool:
     """True while this engine is in a process group."""
     return dist.is_available() and dist.is_initialized()
@@ -105,6 +143,8 @@ def abort() -> None:
     milliseconds ("Connection closed by peer") instead of waiting for the collective timeout."""
     if not is_formed():
         return
+    groups = list(dist.distributed_c10d._world.pg_map)  # the formation's groups (WORLD, new)
+    fds = {conn[0] for conn in engine.group_sockets}
     _shut_group_sockets()
     try:
         dist.distributed_c10d._abort_process_group()
@@ -113,6 +153,62 @@ def abort() -> None:
             dist.destroy_process_group()
         except Exception:
             pass
+    _hold(groups, fds)
+
+
+# An aborted gloo group closes its sockets, and closes their numbers once more when the group
+# object is freed (when the last model using it goes, at any time). A number reused meanwhile
+# (the next group's store client, say) would be closed under its new owner ("Broken pipe"
+# while forming, seen when sweeps re-form groups quickly). So each closed number is held by a
+# /dev/null placeholder, and the aborted groups are kept, until nothing else holds the groups:
+# then they are freed here, at a known time, and only then are the placeholders let go.
+_CLOSE_WAIT = 0.1  # seconds an aborted group's sockets get to be closed by gloo
+_MAX_HELD = 64  # aborted formations kept at most (a model kept forever must not pin more)
+
+
+def _hold(groups: list, fds: set[int]) -> None:
+    deadline = time.monotonic() + _CLOSE_WAIT
+    while any(_inode(fd) is not None for fd in fds) and time.monotonic() < deadline:
+        time.sleep(0.002)  # gloo's loop thread closes them as it notices
+    wanted = {fd for fd in fds if _inode(fd) is None}
+    opened: list[int] = []
+    while wanted and len(opened) < 256:  # the lowest free numbers come first
+        fd = os.open(os.devnull, os.O_RDONLY)
+        opened.append(fd)
+        wanted.discard(fd)
+        if fd > max(fds):
+            break
+    held = [(fd, _inode(fd)) for fd in opened if fd in fds]
+    for fd in opened:
+        if fd not in fds:
+            os.close(fd)
+    engine.held_groups.append((groups, held))
+    _release_unheld()
+
+
+def _release_unheld() -> None:
+    """Free the aborted groups nothing else holds any more, then their placeholders."""
+    keep = []
+    for i, (groups, held) in enumerate(engine.held_groups):
+        # 3 references: the list, the loop's name, getrefcount's argument
+        pinned = any(sys.getrefcount(g) > 3 for g in groups)
+        if pinned and len(engine.held_groups) - i <= _MAX_HELD:
+            keep.append((groups, held))
+            continue
+        groups.clear()  # the last reference: gloo closes its numbers again, now
+        for fd, inode in held:
+            if _inode(fd) == inode:  # still our placeholder
+                os.close(fd)
+    engine.held_groups = keep
+
+
+def _inode(fd: int) -> tuple | None:
+    """(device, inode) of what ``fd`` refers to; None when it is closed."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 _original_init = dist.init_process_group
@@ -159,8 +255,10 @@ def _init(backend: str | None, timeout: timedelta | None = None, **kwargs) -> No
     _original_init(
         backend=backend or ri.backend, store=store, rank=ri.rank, world_size=ri.world_size, **kwargs
     )
+    # the store's connections are not the group's: a store this engine serves (rank 0's, or a
+    # sweep trial's) takes clients of other groups, which must never be shut with this one
     store_ep = (ri.master_addr, ri.master_port)
-    engine.group_sockets.update(c for c in _tcp() - before if c[2] != store_ep)
+    engine.group_sockets.update(c for c in _tcp() - before if store_ep not in (c[1], c[2]))
 
 
 @functools.wraps(_original_init)

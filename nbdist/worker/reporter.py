@@ -90,6 +90,7 @@ class _Reporter:
         if self.pid != os.getpid():  # this module may be imported before the engine was forked
             self.pid, self.proc = os.getpid(), None
         self._reset()
+        state.engine.pipeline_idle = None  # a pipeline is shown once it steps in this cell
         self.queue.clear()
         self.parent = parent or None
         if self.thread is None or not self.thread.is_alive():
@@ -178,6 +179,8 @@ class _Reporter:
             step_time=self.step_time,
             comm_share=self._comm_share(),
             reports=self.reports,
+            pipeline=state.engine.pipeline if state.engine.pipeline_idle is not None else None,
+            idle_share=state.engine.pipeline_idle,
         )
 
     def _comm_share(self) -> float | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import CheckpointWriteError, NbdistError
 from ..protocol import CellOutcome, CellRequest, PackedValue, Program
-from . import checkpoint, rendezvous, reporter, script
+from . import checkpoint, rendezvous, reporter, script, state, trials
 
 #: Values larger than this (pickled) come back to the notebook as their repr only.
 _MAX_VALUE_BYTES = 64 * 1024 * 1024
@@ -131,17 +131,22 @@ def run_cell(req: CellRequest) -> CellOutcome:
     first, on every rank at once, before the cell's own code runs.
     """
     checkpoint.set_run(req.run_key)
+    bound = None
     try:
         reporter.begin_cell()  # ties nbdist.report()'s batches to this request; starts health
         if req.group is not None:
             rendezvous.form(req.group, req.group_timeout)
+        bound = trials.begin(req.trial)
         out = CellOutcome(kind="ok", at=time.time(), value=_execute(req.program, req.want_value))
     except BaseException as exc:  # noqa: B036 - KeyboardInterrupt and SystemExit are outcomes too
         out = _failure(exc)
         if out.kind != "ok":
             rendezvous.abort()
     finally:
+        trials.end(req.trial, bound)
         reporter.end_cell()  # the last records go out before the reply
         sys.stdout.flush()
         sys.stderr.flush()
-    return dataclasses.replace(out, group_formed=rendezvous.is_formed())
+    return dataclasses.replace(
+        out, group_formed=rendezvous.is_formed(), pipeline=state.engine.pipeline
+    )

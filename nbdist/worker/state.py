@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..protocol import RankInfo, ShardMeta
+    from ..protocol import PipelineRole, RankInfo, ShardMeta, TrialInfo
 
 
 @dataclass
@@ -30,6 +30,8 @@ class Engine:
     """The rendezvous TCPStore server; rank 0's engine only, for as long as the engine lives."""
     store_socket: socket.socket | None = None
     """The socket the store serves on (kept open as long as the store is)."""
+    trial_store: tuple | None = None
+    """(store, socket) of the sweep trial whose group this engine leads, until the next one."""
     formations: int = 0
     """Groups formed in this attempt; the same count on every rank (SPMD), names store keys."""
     retired_groups: list = field(default_factory=list)
@@ -37,6 +39,9 @@ class Engine:
     ``rendezvous._deferred_destroy``: freeing one too soon can deadlock the engine)."""
     group_sockets: set = field(default_factory=set)
     """(fd, local, remote) of the group's TCP connections, shut down on abort."""
+    held_groups: list = field(default_factory=list)
+    """Aborted groups still used by a model, with the socket numbers held for them
+    (``rendezvous.abort``: freed, and the numbers let go, once nothing else holds them)."""
     pending_shards: dict[str, tuple[Any, ShardMeta]] = field(default_factory=dict)
     """Shards received but not yet committed, by scatter token."""
     shards: dict[str, ShardMeta] = field(default_factory=dict)
@@ -45,6 +50,16 @@ class Engine:
     """Plain values from the last ``nbdist.restore`` (``nbdist.restored()``)."""
     training_plans: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
     """What ``train_step`` must know of each prepared model, kept beside it (``training``)."""
+    pipeline: PipelineRole | None = None
+    """This rank's stage in the latest ``nbdist.pipeline`` (shown by ``%nbdist status``)."""
+    pipeline_idle: float | None = None
+    """The share of the latest pipeline step this stage spent waiting (the dashboard's idle)."""
+    trial: TrialInfo | None = None
+    """The sweep trial the running cell is (``nbdist.trial()``); None outside a sweep."""
+    trial_spaces: dict[int, dict] = field(default_factory=dict)
+    """The names each trial's cell bound here, by trial id (``%nbdist pull NAME --trial``)."""
+    pipeline_parts: weakref.WeakSet = field(default_factory=weakref.WeakSet)
+    """Every pipeline stage module on this engine: checkpoints save them per rank."""
 
 
 engine = Engine()

@@ -68,6 +68,12 @@ def test_whole_harness_runs_tiny():
         "report() every step + dashboard / silent",
         "silent %%distributed / torchrun, same loop",
         'loopback: compress="fp16" / ddp, s to 0%',
+        "pipeline 4x32 MLP, 2 stages: params+grads+Adam held per rank / one process",
+        "throughput, batch 8: pipeline 1f1b 2 ranks / DDP 2 ranks",
+        "1f1b M=4: idle share (measured) / bubble (S-1)/(M+S-1)",
+        "sweep 4 lr, mlp 2x256, batch 64, 3 steps: 1-rank trials / 2-rank DDP in turn",
+        "(communication): 1-rank trials / 2-rank DDP in turn",
+        "(compute): 1-rank trials / 2-rank DDP in turn",
     ):
         line = next((ln for ln in out.splitlines() if row in ln), None)
         assert line is not None, f"no row {row!r} in:\n{out}"

@@ -27,7 +27,9 @@ def engine_pids(k) -> list[int]:
 def test_start_is_fast_and_status_shows_every_rank(nb):
     r = nb.ok("print(round(__import__('nbdist').current().ready_seconds, 2))")
     ready = float(r.stdout)
-    assert ready < 3.0, f"2 engines and their process group took {ready} s (goal: under 3 s)"
+    # the goal is under 3 s (`python -m benchmarks --only start` measures it, ~1.8 s with warm
+    # file caches); a test only catches a start gone wrong, not a slow disk
+    assert ready < 8.0, f"2 engines and their process group took {ready} s (goal: under 3 s)"
     status = nb.ok("%nbdist status").stdout.splitlines()
     assert status[0].split() == ["rank", "host", "pid", "device", "state"]
     rows = [line.split() for line in status[1:]]

@@ -331,3 +331,30 @@ def test_dashboard_in_a_real_browser(lab):
         o for o in outputs if o.get("output_type") == "display_data" and WIDGET in o.get("data", {})
     ]
     assert len(boards) == 1 and base64.b64decode(boards[0]["data"]["image/png"])[:4] == b"\x89PNG"
+
+
+def test_a_pipeline_shows_each_ranks_stage_and_idle_share(ready):
+    res = ready.run(
+        """%%distributed --name pipe
+import time, torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 1))
+pipe = nbdist.pipeline(model, split=["2"], microbatches=4, loss_fn=F.mse_loss)
+opt = torch.optim.SGD(pipe.stage.parameters(), lr=0.01)
+x = torch.randn(32, 8)
+for i in range(30):
+    opt.zero_grad()
+    loss = pipe.step(x, x.sum(1, keepdim=True))
+    opt.step()
+    nbdist.report(step=i, loss=loss, samples=32)
+    time.sleep(0.04)
+"""
+    )
+    assert res.error is None, res.error
+    rows = _value(ready, "[(r['stage'], r['idle']) for r in _runs.last().dashboard.rows]")
+    assert [stage for stage, _ in rows] == ["0/2", "1/2"]
+    assert all(0 <= idle <= 100 for _, idle in rows), rows
+    # a later cell without a pipeline shows no stage column
+    assert _run(ready, TRAIN.replace("40", "4").replace("demo", "plain")) and _value(
+        ready, "[r['stage'] for r in _runs.last().dashboard.rows]"
+    ) == [None, None]

@@ -59,3 +59,37 @@ def test_quickstart_runs_the_whole_mission(tmp_path, monkeypatch):
     assert "checkpoint of step 400 written" in joined
     written = {p.name for p in data.glob("checkpoints/*/step-*.json")}
     assert "step-00000400.json" in written, written
+
+
+def test_pipeline_notebook_trains_two_stages_and_writes(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBDIST_DATA_DIR", str(tmp_path / "data"))
+    texts = _execute("pipeline_lm.ipynb", tmp_path)
+    joined = "\n".join(texts)
+
+    # each rank held its own stage (rank i: stage i), its own layers, and their parameters only
+    held = re.findall(
+        r"\[rank (\d)\] rank \1 holds stage (\d) of 2: ([\w, ]+); ([\d,]+) par", joined
+    )
+    assert sorted((r, s, layers) for r, s, layers, _ in held) == [
+        ("0", "0", "embed, block0, block1"),
+        ("1", "1", "block2, block3, norm, head"),
+    ], joined
+    total = int(re.search(r"([\d,]+) parameters in all", joined).group(1).replace(",", ""))
+    assert sum(int(n.replace(",", "")) for *_, n in held) == total
+    assert all(0.4 * total < int(n.replace(",", "")) < 0.6 * total for *_, n in held), held
+
+    # the loss fell by a clear margin (from about ln(45) = 3.8, the untrained guess)
+    first, last = map(float, re.search(r"loss fell from ([\d.]+) to ([\d.]+)", joined).groups())
+    assert first > 3.0 and last < 1.0, (first, last)
+    idle = re.search(
+        r"stage 0 waited (\d+)% of a step on average \(the bubble alone: 20%\)", joined
+    )
+    assert idle and 0 < int(idle.group(1)) < 100, joined
+
+    # both stages came back, together the whole model, and it wrote text after its prompt
+    assert re.search(r"stage 0: \d+ tensors, stage 1: \d+ tensors, ", joined), joined
+    assert f"{total:,} parameters\n" in joined  # the model rebuilt in the notebook
+    sample = next(t for t in texts if t.startswith("Beautiful is"))
+    assert len(sample) > len("Beautiful is") + 100, sample
+    assert sample.count("better than") >= 2, sample  # it learned the Zen's most common words
+    assert "nbdist: cluster stopped" in joined

@@ -69,6 +69,8 @@ def _check(every, layout, want) -> None:
 def test_two_stage_two_replicas_train_as_one_process(cluster4, schedule):
     every = cluster4.run(f"SPLIT, SCHEDULE = ['2'], {schedule!r}\n" + TRAIN)
     _check(every, [(0, 0, 2), (1, 0, 2), (0, 1, 2), (1, 1, 2)], one_process_reference())
+    shown = [(r["stage"], r["replica"]) for r in cluster4.status()]  # %nbdist status's columns
+    assert shown == [("0/2", "0/2"), ("1/2", "0/2"), ("0/2", "1/2"), ("1/2", "1/2")]
 
 
 def test_one_stage_four_replicas_is_data_parallel(cluster4):

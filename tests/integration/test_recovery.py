@@ -195,3 +195,24 @@ def test_unwritable_checkpoint_folder_fails_before_training(cluster):
 def test_restarts_need_every_rank(cluster):
     with pytest.raises(UsageError):
         cluster.run("1", CellOptions(restarts=1, ranks=(0,)))
+
+
+def test_an_engine_that_died_between_cells_fails_the_next_cell_in_one_line(cluster):
+    """The death is known before the cell is sent: no ipyparallel error from deep inside, and
+    with --restarts the cell runs on a fresh engine as if nothing happened."""
+    for restarts in (0, 1):
+        victim = cluster.slots[1].pid
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda v=victim: v in cluster.drain_exits(), 10, what="the death to be known")
+        code = "import torch\nimport torch.distributed as dist\nt = torch.ones(1)\n"
+        code += "dist.all_reduce(t)\nt.item()"
+        if restarts:
+            assert cluster.run(code, CellOptions(restarts=1)) == 2.0
+        else:
+            with pytest.raises(DistributedCellError) as e:
+                cluster.run(code)
+            assert str(e.value).splitlines()[0].startswith("rank 1: engine process")
+            assert "before the cell" in str(e.value)
+            assert cluster.run(code) == 2.0  # repaired: a fresh engine took rank 1
+        assert cluster.slots[1].pid != victim
+        assert_gone([victim])

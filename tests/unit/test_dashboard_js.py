@@ -7,17 +7,18 @@ import json
 import random
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from nbdist.notebook import widget
 from nbdist.notebook.curves import Curve
-
-MODULE = Path(__file__).resolve().parents[2] / "nbdist" / "notebook" / "static" / "dashboard.js"
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-def test_browser_and_kernel_keep_the_same_points():
+def test_browser_and_kernel_keep_the_same_points(tmp_path):
+    """One Series (static/common.js) serves both boards: the dashboard's module exports it."""
+    module = tmp_path / "dashboard.mjs"
+    module.write_text(widget.module("dashboard.js"))
     rng = random.Random(1)
     ys = [rng.gauss(0, 1) for _ in range(30_000)]
     ys[12_345] = 40.0
@@ -25,7 +26,7 @@ def test_browser_and_kernel_keep_the_same_points():
     for i, y in enumerate(ys):
         curve.add(i, y)
     script = (
-        f"import({json.dumps(MODULE.as_uri())}).then(m => {{"
+        f"import({json.dumps(module.as_uri())}).then(m => {{"
         "  const ys = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
         "  const s = new m.Series();"
         "  ys.forEach((y, i) => s.push(i, y));"

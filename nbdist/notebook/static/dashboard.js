@@ -7,7 +7,6 @@
 // Everything that came from an engine (host names, log lines, messages) is set as text, never
 // as HTML.
 
-const MAX_POINTS = 2000; // per series, kept by decimation
 const STATES = ["ok", "slow", "silent", "dead"];
 const COLUMNS = [
   ["rank", "rank"],
@@ -21,149 +20,12 @@ const COLUMNS = [
   ["gpu_util", "gpu %"],
   ["gpu_mb", "gpu MB"],
   ["comm", "comm %"],
+  ["stage", "stage"],
+  ["idle", "idle %"],
   ["quiet", "quiet s"],
 ];
-const PALETTE = [
-  "#1f77b4",
-  "#ff7f0e",
-  "#2ca02c",
-  "#d62728",
-  "#9467bd",
-  "#8c564b",
-  "#e377c2",
-  "#7f7f7f",
-  "#bcbd22",
-  "#17becf",
-];
-
-// -- a series: at most MAX_POINTS points, at one resolution along the run --------------------
-// The same rule as the kernel's (nbdist/notebook/curves.py): points go into a bucket of
-// `stride` points, a full bucket keeps its lowest and highest point, and when the series is full
-// it is halved (pairs of buckets merged) and `stride` doubles. Spikes survive; the start of a
-// long run is drawn at the same resolution as its end.
-class Series {
-  constructor(stride = 2) {
-    this.x = [];
-    this.y = [];
-    this.stride = Math.max(2, stride);
-    this.lo = null; // [x, y] of the open bucket's lowest and highest points
-    this.hi = null;
-    this.count = 0;
-  }
-  static of(xs, ys, stride) {
-    const s = new Series(stride);
-    for (let i = 0; i < xs.length; i++) {
-      if (ys[i] !== null && Number.isFinite(ys[i])) {
-        s.x.push(xs[i]);
-        s.y.push(ys[i]);
-      }
-    }
-    return s;
-  }
-  push(x, y) {
-    if (y === null || !Number.isFinite(y)) return;
-    if (this.lo === null) {
-      this.lo = [x, y];
-      this.hi = [x, y];
-    } else {
-      if (y < this.lo[1]) this.lo = [x, y];
-      if (y > this.hi[1]) this.hi = [x, y];
-    }
-    if (++this.count >= this.stride) this.close();
-  }
-  extend(xs, ys) {
-    for (let i = 0; i < xs.length; i++) this.push(xs[i], ys[i]);
-  }
-  close() {
-    const pts =
-      this.lo[0] <= this.hi[0] ? [this.lo, this.hi] : [this.hi, this.lo];
-    for (const [i, p] of pts.entries()) {
-      if (i === 1 && p === pts[0]) break;
-      this.x.push(p[0]);
-      this.y.push(p[1]);
-    }
-    this.lo = this.hi = null;
-    this.count = 0;
-    if (this.x.length > MAX_POINTS) this.halve();
-  }
-  // Each group of four points (two buckets) keeps its lowest and highest, in x order.
-  halve() {
-    const x = [];
-    const y = [];
-    for (let i = 0; i < this.x.length; i += 4) {
-      let lo = i;
-      let hi = i;
-      for (let j = i; j < Math.min(i + 4, this.x.length); j++) {
-        if (this.y[j] < this.y[lo]) lo = j;
-        if (this.y[j] > this.y[hi]) hi = j;
-      }
-      for (const k of lo === hi ? [lo] : lo < hi ? [lo, hi] : [hi, lo]) {
-        x.push(this.x[k]);
-        y.push(this.y[k]);
-      }
-    }
-    this.x = x;
-    this.y = y;
-    this.stride *= 2;
-  }
-  // What to draw: the kept points and the open bucket's.
-  view() {
-    if (this.lo === null) return { x: this.x, y: this.y };
-    const pts =
-      this.lo === this.hi
-        ? [this.lo]
-        : this.lo[0] <= this.hi[0]
-          ? [this.lo, this.hi]
-          : [this.hi, this.lo];
-    return {
-      x: this.x.concat(pts.map((p) => p[0])),
-      y: this.y.concat(pts.map((p) => p[1])),
-    };
-  }
-  get length() {
-    return this.x.length + (this.lo === null ? 0 : 1);
-  }
-}
-
-// -- formatting -----------------------------------------------------------------------------
-function fmt(v, digits = 4) {
-  if (v === null || v === undefined) return "-";
-  if (typeof v === "string") return v;
-  if (!Number.isFinite(v)) return String(v);
-  const a = Math.abs(v);
-  if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(2);
-  return Number(v.toPrecision(digits)).toString();
-}
-function fmtInt(v) {
-  return v === null || v === undefined
-    ? "-"
-    : Math.round(v).toLocaleString("en-US");
-}
-function fmtSecs(s) {
-  if (s === null || s === undefined || !Number.isFinite(s)) return "?";
-  s = Math.round(s);
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  const sec = String(s % 60).padStart(2, "0");
-  return h ? `${h}:${String(m).padStart(2, "0")}:${sec}` : `${m}:${sec}`;
-}
-function niceTicks(lo, hi, count) {
-  if (!(hi > lo)) return [lo];
-  const step0 = (hi - lo) / count;
-  const mag = Math.pow(10, Math.floor(Math.log10(step0)));
-  const step =
-    [1, 2, 5, 10].map((f) => f * mag).find((s) => s >= step0) || step0;
-  const out = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step)
-    out.push(t);
-  return out;
-}
-function el(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
+// Columns shown only when some rank has a value: a pipeline's stage and its idle (bubble) share.
+const OPTIONAL = new Set(["stage", "idle"]);
 
 // -- a line chart on a canvas, crisp at any pixel ratio, coloured by the page's theme --------
 class Chart {
@@ -404,7 +266,6 @@ function render({ model, el: root }) {
   const table = el("table", "nbd-table");
   const thead = el("thead");
   const hrow = el("tr");
-  for (const [, label] of COLUMNS) hrow.append(el("th", "", label));
   thead.append(hrow);
   const tbody = el("tbody");
   table.append(thead, tbody);
@@ -490,11 +351,17 @@ function render({ model, el: root }) {
 
   function drawRows() {
     const ranks = [...store.rows.keys()].sort((a, b) => a - b);
+    const columns = COLUMNS.filter(
+      ([key]) =>
+        !OPTIONAL.has(key) || ranks.some((r) => store.rows.get(r)[key] != null),
+    );
+    hrow.textContent = "";
+    for (const [, label] of columns) hrow.append(el("th", "", label));
     tbody.textContent = "";
     for (const r of ranks) {
       const row = store.rows.get(r);
       const tr = el("tr", "nbd-row-" + row.state);
-      for (const [key] of COLUMNS) {
+      for (const [key] of columns) {
         const v = row[key];
         if (key === "state") {
           const td = el("td");
@@ -502,6 +369,8 @@ function render({ model, el: root }) {
           tr.append(td);
         } else if (key === "host") {
           tr.append(el("td", "nbd-host", v || "?"));
+        } else if (key === "stage") {
+          tr.append(el("td", "nbd-num", v ?? "–"));
         } else if (key === "loss") {
           tr.append(el("td", "nbd-num", typeof v === "string" ? v : fmt(v)));
         } else {
