@@ -17,7 +17,11 @@ objects with those attributes are accepted too.
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
@@ -81,3 +85,19 @@ def table(results: list[Result]) -> str:
 
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(head), sep, *(line(r) for r in rows)])
+
+
+@contextlib.contextmanager
+def private_data_dir(prefix: str) -> Iterator[str]:
+    """``NBDIST_DATA_DIR`` set to a fresh temporary folder (this process and the clusters it
+    starts keep their records there, never the user's), then put back and removed."""
+    old = os.environ.get("NBDIST_DATA_DIR")
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        os.environ["NBDIST_DATA_DIR"] = tmp
+        try:
+            yield tmp
+        finally:
+            if old is None:
+                os.environ.pop("NBDIST_DATA_DIR", None)
+            else:
+                os.environ["NBDIST_DATA_DIR"] = old

@@ -32,11 +32,10 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import Result
+from . import Result, private_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = STAGES = 2
@@ -270,16 +269,8 @@ def run(tiny: bool = False, **sizes) -> list[Result]:
     """Memory, throughput and idle share of the 2-stage pipeline against its baselines."""
     s = replace(TINY if tiny else FULL, **sizes)
     threads = _threads()
-    old = os.environ.get("NBDIST_DATA_DIR")
-    with tempfile.TemporaryDirectory(prefix="nbdist-bench-pipe-") as tmp:
-        os.environ["NBDIST_DATA_DIR"] = tmp
-        try:
-            got = _rounds(s, threads)
-        finally:
-            if old is None:
-                os.environ.pop("NBDIST_DATA_DIR", None)
-            else:
-                os.environ["NBDIST_DATA_DIR"] = old
+    with private_data_dir("nbdist-bench-pipe-"):
+        got = _rounds(s, threads)
     last = {k: v[-1] for k, v in got.items()}  # memory: the last round's (bytes held are exact)
     whole = last["single"][0]
     speed = {k: statistics.median(r[0]["samples_per_s"] for r in v) for k, v in got.items()}

@@ -24,13 +24,12 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, replace
 
 import psutil
 
-from . import Result
+from . import Result, private_data_dir
 
 WORKERS = 2
 RATES = (0.1, 0.03, 0.01, 0.003)
@@ -166,16 +165,8 @@ def run(tiny: bool = False, **sizes) -> list[Result]:
     """Wall time to train 4 learning rates: sweep of 1-rank trials / 2-rank runs in turn."""
     s = replace(TINY if tiny else FULL, **sizes)
     threads = _threads()
-    old = os.environ.get("NBDIST_DATA_DIR")
-    with tempfile.TemporaryDirectory(prefix="nbdist-bench-sweep-") as tmp:
-        os.environ["NBDIST_DATA_DIR"] = tmp
-        try:
-            got = _rounds(s, threads)
-        finally:
-            if old is None:
-                os.environ.pop("NBDIST_DATA_DIR", None)
-            else:
-                os.environ["NBDIST_DATA_DIR"] = old
+    with private_data_dir("nbdist-bench-sweep-"):
+        got = _rounds(s, threads)
     results = []
     for m in s.models:
         sw, se = got[(m.label, "sweep")], got[(m.label, "serial")]

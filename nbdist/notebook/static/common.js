@@ -144,3 +144,47 @@ function el(tag, cls, text) {
   if (text !== undefined) node.textContent = text;
   return node;
 }
+
+// -- a board's state in the browser, shared by all its views -----------------------------------
+// The kernel's `history` (everything so far, decimated) replaces it; its custom messages
+// ({kind: "delta", seq}) add what is new. A board's store says what it holds (`reset`) and how a
+// message goes in (`merge`, returning what changed); views subscribe to `views`.
+class BoardStore {
+  constructor(model) {
+    this.model = model;
+    this.views = new Set();
+    this.seq = 0;
+    this.reset();
+    this.load(model.get("history"));
+    model.on("change:history", () => this.load(model.get("history")));
+    model.on("change:head", () => this.notify({ head: true }));
+    model.on("msg:custom", (msg) => this.delta(msg));
+  }
+  head() {
+    return this.model.get("head") || {};
+  }
+  // Everything so far (decimated): replaces what this store holds.
+  load(h) {
+    if (!h || !h.seq || h.seq <= this.seq) return;
+    this.reset();
+    this.seq = h.seq;
+    this.merge(h);
+    this.notify({ all: true });
+  }
+  // What changed since the last message: appended to what this store holds.
+  delta(msg) {
+    if (!msg || msg.kind !== "delta" || msg.seq <= this.seq) return;
+    this.seq = msg.seq;
+    this.notify(this.merge(msg));
+  }
+  notify(changed) {
+    for (const view of this.views) view(changed);
+  }
+}
+
+// One store per model (a notebook may show a board in several views).
+const stores = new WeakMap();
+function storeOf(model, Kind) {
+  if (!stores.has(model)) stores.set(model, new Kind(model));
+  return stores.get(model);
+}

@@ -152,17 +152,7 @@ function smoothed(series, weight) {
 
 // -- the run's state, one per model, shared by its views ------------------------------------
 // Built in initialize(), before any view, so that deltas are not missed while no view exists.
-class Store {
-  constructor(model) {
-    this.model = model;
-    this.views = new Set();
-    this.seq = 0;
-    this.reset();
-    this.load(model.get("history"));
-    model.on("change:history", () => this.load(model.get("history")));
-    model.on("change:head", () => this.notify({ head: true }));
-    model.on("msg:custom", (msg) => this.delta(msg));
-  }
+class Store extends BoardStore {
   reset() {
     this.loss = new Map(); // rank -> Series
     this.mean = new Series();
@@ -171,23 +161,6 @@ class Store {
     this.events = [];
     this.logs = new Map(); // rank -> [lines]
     this.points = 0; // loss points received (the browser test reads it)
-  }
-  head() {
-    return this.model.get("head") || {};
-  }
-  // Everything so far (decimated): replaces what this store holds.
-  load(h) {
-    if (!h || !h.seq || h.seq <= this.seq) return;
-    this.reset();
-    this.seq = h.seq;
-    this.merge(h);
-    this.notify({ all: true });
-  }
-  // What changed since the last message: appended to what this store holds.
-  delta(msg) {
-    if (!msg || msg.kind !== "delta" || msg.seq <= this.seq) return;
-    this.seq = msg.seq;
-    this.notify(this.merge(msg));
   }
   // A history's curves replace the store's ([xs, ys, stride]); a delta's are appended.
   merge(msg) {
@@ -223,20 +196,11 @@ class Store {
     if (msg.logs) changed.logs = true;
     return changed;
   }
-  notify(changed) {
-    for (const view of this.views) view(changed);
-  }
-}
-
-const stores = new WeakMap();
-function storeOf(model) {
-  if (!stores.has(model)) stores.set(model, new Store(model));
-  return stores.get(model);
 }
 
 // -- a view -----------------------------------------------------------------------------------
 function render({ model, el: root }) {
-  const store = storeOf(model);
+  const store = storeOf(model, Store);
   root.classList.add("nbd-dashboard");
   let smoothing = 0.6;
   let logRank = null;
@@ -473,7 +437,7 @@ export { Series }; // for tests/unit/test_dashboard_js.py
 
 export default {
   initialize({ model }) {
-    storeOf(model);
+    storeOf(model, Store);
   },
   render,
 };

@@ -146,37 +146,12 @@ class Chart {
 
 // -- the sweep's state, one per model, shared by its views ----------------------------------
 // Built in initialize(), before any view, so that deltas are not missed while no view exists.
-class Store {
-  constructor(model) {
-    this.model = model;
-    this.views = new Set();
-    this.seq = 0;
-    this.reset();
-    this.load(model.get("history"));
-    model.on("change:history", () => this.load(model.get("history")));
-    model.on("change:head", () => this.notify({ head: true }));
-    model.on("msg:custom", (msg) => this.delta(msg));
-  }
+class Store extends BoardStore {
   reset() {
     this.loss = new Map(); // trial -> Series
     this.rate = new Map();
     this.rows = new Map(); // trial -> row
     this.points = 0; // loss points received (the browser test reads it)
-  }
-  head() {
-    return this.model.get("head") || {};
-  }
-  load(h) {
-    if (!h || !h.seq || h.seq <= this.seq) return;
-    this.reset();
-    this.seq = h.seq;
-    this.merge(h);
-    this.notify({ all: true });
-  }
-  delta(msg) {
-    if (!msg || msg.kind !== "delta" || msg.seq <= this.seq) return;
-    this.seq = msg.seq;
-    this.notify(this.merge(msg));
   }
   // A history's curves replace the store's ([xs, ys, stride]); a delta's are appended.
   merge(msg) {
@@ -199,20 +174,11 @@ class Store {
     if (msg.rows && msg.rows.length) changed.rows = true;
     return changed;
   }
-  notify(changed) {
-    for (const view of this.views) view(changed);
-  }
-}
-
-const stores = new WeakMap();
-function storeOf(model) {
-  if (!stores.has(model)) stores.set(model, new Store(model));
-  return stores.get(model);
 }
 
 // -- a view -----------------------------------------------------------------------------------
 function render({ model, el: root }) {
-  const store = storeOf(model);
+  const store = storeOf(model, Store);
   root.classList.add("nbs-board");
   let smoothing = 0;
   let highlight = null; // the trial under the pointer, in the legend or the table
@@ -413,7 +379,7 @@ function render({ model, el: root }) {
 
 export default {
   initialize({ model }) {
-    storeOf(model);
+    storeOf(model, Store);
   },
   render,
 };
