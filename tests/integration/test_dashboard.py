@@ -116,7 +116,9 @@ def test_training_cell_shows_a_live_dashboard_and_keeps_the_run(ready):
     )
     assert len(rows) == 80 and (1, 39, pytest.approx(2 / 40)) in rows
     p95 = _value(k, "sorted(_runs.last().latencies)[int(0.95 * len(_runs.last().latencies))]")
-    assert p95 < 1.0  # the benchmark measures it properly; this only catches a stuck pipeline
+    # the benchmark measures it properly (`python -m benchmarks --only report`); this only
+    # catches a stuck pipeline (the module's first cell, on a cold machine, saw 1.05 s once)
+    assert p95 < 3.0
 
 
 def test_no_dashboard_option_and_runs_still_recorded(ready):
