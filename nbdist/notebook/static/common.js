@@ -188,3 +188,25 @@ function storeOf(model, Kind) {
   if (!stores.has(model)) stores.set(model, new Kind(model));
   return stores.get(model);
 }
+
+// -- a view's life: drawn at the store's news, redrawn on resize (and, for canvases, on a theme
+// switch, whose colours they bake in); the theme is mirrored on the root; undone on removal ----
+function follow(root, charts, store, draw, redraw, redrawOnTheme) {
+  const resize = new ResizeObserver(() => redraw());
+  resize.observe(charts);
+  const theme = new MutationObserver(() => {
+    if (redrawOnTheme) redraw();
+    root.dataset.theme = document.body.dataset.jpThemeLight || "";
+  });
+  theme.observe(document.body, {
+    attributes: true,
+    attributeFilter: ["data-jp-theme-light"],
+  });
+  store.views.add(draw);
+  draw({ all: true });
+  return () => {
+    store.views.delete(draw);
+    resize.disconnect();
+    theme.disconnect();
+  };
+}

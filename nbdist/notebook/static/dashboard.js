@@ -409,28 +409,12 @@ function render({ model, el: root }) {
     logRank = Number(logSelect.value);
     drawLogs();
   });
-  const resize = new ResizeObserver(() => {
-    drawLoss();
-    drawRate();
-  });
-  resize.observe(charts);
   // JupyterLab's theme switch changes the page's colours: the canvases are redrawn in the new ones
-  const theme = new MutationObserver(() => {
+  const redraw = () => {
     drawLoss();
     drawRate();
-    root.dataset.theme = document.body.dataset.jpThemeLight || "";
-  });
-  theme.observe(document.body, {
-    attributes: true,
-    attributeFilter: ["data-jp-theme-light"],
-  });
-  store.views.add(draw);
-  draw({ all: true });
-  return () => {
-    store.views.delete(draw);
-    resize.disconnect();
-    theme.disconnect();
   };
+  return follow(root, charts, store, draw, redraw, true);
 }
 
 export { Series }; // for tests/unit/test_dashboard_js.py

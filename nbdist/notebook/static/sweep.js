@@ -358,23 +358,8 @@ function render({ model, el: root }) {
     drawCharts();
   });
   root.addEventListener("mouseleave", () => setHighlight(null));
-  const resize = new ResizeObserver(() => drawCharts());
-  resize.observe(charts);
   // SVG colours are CSS variables, so a theme switch needs no redraw; the test reads the theme
-  const theme = new MutationObserver(() => {
-    root.dataset.theme = document.body.dataset.jpThemeLight || "";
-  });
-  theme.observe(document.body, {
-    attributes: true,
-    attributeFilter: ["data-jp-theme-light"],
-  });
-  store.views.add(draw);
-  draw({ all: true });
-  return () => {
-    store.views.delete(draw);
-    resize.disconnect();
-    theme.disconnect();
-  };
+  return follow(root, charts, store, draw, drawCharts, false);
 }
 
 export default {
