@@ -40,7 +40,8 @@ def _lost(kind: str, summary: str) -> CellOutcome:
 class _NoReply:
     """Stands for the call never sent to an engine already gone: nothing will arrive."""
 
-    metadata: dict = {}
+    def __init__(self) -> None:
+        self.metadata: dict = {}  # its own: observers read (and pop from) what a rank sent
 
     def ready(self) -> bool:
         return True
