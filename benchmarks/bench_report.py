@@ -146,12 +146,12 @@ while time.time() < t_end:
     time.sleep(0.05)
 """
 
-_LATENCIES = """from nbdist.notebook import monitor as _m
+_LATENCIES = """from nbdist.notebook.run import monitor as _m
 _l = sorted(getattr(getattr(_m, "last", lambda: None)(), "latencies", None) or [])
 (_l[len(_l) // 2], _l[int(0.95 * len(_l))], len(_l)) if _l else ()
 """
 
-_SENT = """from nbdist.notebook import monitor as _m
+_SENT = """from nbdist.notebook.run import monitor as _m
 _d = getattr(getattr(_m, "last", lambda: None)(), "dashboard", None)
 (getattr(_d, "sent_bytes", getattr(_d, "bytes_sent", None)),)
 """
@@ -159,7 +159,7 @@ _d = getattr(getattr(_m, "last", lambda: None)(), "dashboard", None)
 _RAW = """
 import time
 from nbdist import current
-from nbdist.notebook.observers import Observer
+from nbdist.notebook.run.observers import Observer
 lat = []
 class _Raw(Observer):
     def on_poll(self, ranks):

@@ -119,7 +119,7 @@ def _rounds(s: Sizes, threads: int) -> dict[tuple[str, str], list[tuple[float, f
     """Each model both ways, ``repeats`` times; per (model, side), per round: wall seconds, CPU
     seconds of the engines, CPU seconds of this process."""
     import nbdist
-    from nbdist.notebook.sweep import sweep
+    from nbdist.notebook.sweeps.trials import sweep
 
     got: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     c = nbdist.start(n=WORKERS, threads_per_engine=threads)

@@ -24,7 +24,7 @@ def _scale(seconds: float, n: int = 64, hz: int = 20) -> tuple[float, float, int
     from ipyparallel.serialize import deserialize_object, serialize_object
 
     from nbdist.config import CellOptions
-    from nbdist.notebook import monitor
+    from nbdist.notebook.run import monitor
     from nbdist.telemetry import events as ev
     from nbdist.telemetry.store import RunStore
 

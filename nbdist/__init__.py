@@ -29,29 +29,29 @@ _PUBLIC = {
     "Cluster": "nbdist.notebook.session",
     "HostSpec": "nbdist.config",  # start(hosts=[HostSpec("gpu1", engines=4, user="alice")])
     "pull": "nbdist.notebook.session",
-    "run_script": "nbdist.notebook.programs",  # %nbdist run FILE ARGS
-    "scatter": "nbdist.notebook.data",
-    "gather": "nbdist.notebook.data",
-    "attach": "nbdist.notebook.attach",
-    "runs": "nbdist.notebook.runs",
-    "compare": "nbdist.notebook.runs",
-    "sweep": "nbdist.notebook.sweep",  # %%distributed --sweep, from Python
-    "trials": "nbdist.notebook.trial_table",
+    "run_script": "nbdist.notebook.session",  # %nbdist run FILE ARGS
+    "scatter": "nbdist.notebook.data.scatter",
+    "gather": "nbdist.notebook.data.gather",
+    "attach": "nbdist.notebook.session",
+    "runs": "nbdist.notebook.board.runs",
+    "compare": "nbdist.notebook.board.runs",
+    "sweep": "nbdist.notebook.sweeps.trials",  # %%distributed --sweep, from Python
+    "trials": "nbdist.notebook.sweeps.table",
     # engine side
     "rank": "nbdist.worker.context",
     "world_size": "nbdist.worker.context",
     "local_rank": "nbdist.worker.context",
     "is_main": "nbdist.worker.context",
     "device": "nbdist.worker.context",
-    "prepare": "nbdist.worker.training",
+    "prepare": "nbdist.worker.train.prepare",
     "loader": "nbdist.worker.shards",
-    "train_step": "nbdist.worker.training",
+    "train_step": "nbdist.worker.train.prepare",
     "report": "nbdist.worker.reporter",
-    "checkpoint": "nbdist.worker.checkpoint",
-    "restore": "nbdist.worker.checkpoint",
-    "restored": "nbdist.worker.checkpoint",
-    "pipeline": "nbdist.worker.pipeline",  # a model's stages on ranks, and replicas
-    "steps": "nbdist.worker.steps",
+    "checkpoint": "nbdist.worker.checkpoint.save",
+    "restore": "nbdist.worker.checkpoint.save",
+    "restored": "nbdist.worker.checkpoint.save",
+    "pipeline": "nbdist.worker.pipeline.stages",  # a model's stages on ranks, and replicas
+    "steps": "nbdist.worker.checkpoint.steps",
     "trial": "nbdist.worker.trials",  # a sweep's trial: its id and values
     # framework adapters, one line each (see nbdist.worker.integrations)
     "LightningLogger": "nbdist.worker.integrations.lightning",

@@ -374,7 +374,11 @@ class RemoteConfig:
     each cluster's own folder there is removed when it stops."""
 
     def __post_init__(self) -> None:
-        launcher_config.check(self)  # the launcher, its hosts, options and scheduler words
+        rc = self  # the launcher, its hosts and options, the scheduler's words: checked there
+        time = launcher_config.check(
+            rc.launcher, rc.hosts, rc.launcher_options, rc.partition, rc.time, rc.gpus_per_node
+        )
+        object.__setattr__(self, "time", time)  # as Slurm's text
         if not isinstance(self.hosts, (tuple, list)) or not all(
             isinstance(h, HostSpec) for h in self.hosts
         ):

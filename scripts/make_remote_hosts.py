@@ -24,7 +24,7 @@ cells = [
     ),
     code(
         "from pathlib import Path\n"
-        "from nbdist.notebook.hosts import cluster_config\n\n"
+        "from nbdist.notebook.cluster.hosts import cluster_config\n\n"
         "Path('gpu-cluster.toml').write_text('''\\\n"
         "# Two GPU hosts, one engine per GPU: ranks 0-3 on gpu1, 4-7 on gpu2.\n"
         'python = "/opt/conda/envs/train/bin/python"   # the same environment on every host\n'

@@ -13,9 +13,7 @@ import { Message } from '@lumino/messaging';
 import React from 'react';
 
 import {
-  ICluster,
   IMetric,
-  IRun,
   IWorker,
   listClusters,
   listRuns,
@@ -25,6 +23,7 @@ import {
   stopCluster
 } from './api';
 import { ApiError, Unreachable } from './request';
+import { IPanelState } from './state';
 import { Sidebar } from './views';
 
 const LIVE_MS = 250; // a live run's workers and metrics, while the panel is visible
@@ -32,20 +31,6 @@ const VISIBLE_MS = 1000;
 const HIDDEN_MS = 15000;
 const MAX_BACKOFF_MS = 30000;
 const MAX_POINTS = 400;
-
-/** Everything the views draw. */
-export interface IPanelState {
-  clusters: ICluster[];
-  runs: IRun[];
-  focus: IRun | null; // the live run, or else the latest one
-  curve: { step: number; loss: number }[];
-  workers: IWorker[];
-  loaded: boolean;
-  unreachable: boolean;
-  error: string; // the last action's error, one line
-  busy: boolean;
-  lastOk: number;
-}
 
 export class SidebarPanel extends ReactWidget {
   constructor() {

@@ -8,7 +8,7 @@ import { Button, refreshIcon } from '@jupyterlab/ui-components';
 import React from 'react';
 
 import { ICluster, IRun, IWorker } from './api';
-import type { IPanelState } from './panel';
+import type { IPanelState } from './state';
 
 const STATES = ['ok', 'slow', 'silent', 'dead'];
 

@@ -16,7 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from ..config import CellOptions
 from ..errors import UsageError
 from . import session
-from .sweep_spec import SweepSpec, parse_sweep
+from .sweeps.spec import SweepSpec, parse_sweep
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,7 +55,7 @@ def _nbdist_parser() -> _Parser:
         help="allow more engines (4 per CPU) or threads (1 per CPU) than the CPUs can serve",
     )
     s.add_argument("--backend", choices=["gloo", "nccl"], default=None)
-    # engines on other hosts (see nbdist.notebook.hosts and nbdist.notebook.engines.remote)
+    # engines on other hosts (see notebook.cluster.hosts and notebook.cluster.engines.remote)
     s.add_argument("--hosts", default=None, help="engines over ssh: user@gpu1:4,user@gpu2:4")
     s.add_argument("--cluster-file", default=None, help="hosts and settings in a TOML file")
     s.add_argument("--launcher", choices=["ssh", "slurm", "mpi", "local"], default=None)
@@ -68,7 +68,7 @@ def _nbdist_parser() -> _Parser:
         help="an option of ipyparallel's launcher (repeatable)",
     )
     s.add_argument("--ip", default=None, help="controller address the hosts reach ('*': all)")
-    # the scheduler's words (slurm; see nbdist.notebook.engines.remote.slurm)
+    # the scheduler's words (slurm; see nbdist.notebook.cluster.engines.remote.slurm)
     s.add_argument("--partition", default=None, help="slurm: the partition to run in")
     s.add_argument("--time", default=None, help="slurm: the job's time limit (30, 1:30:00)")
     s.add_argument(
@@ -119,7 +119,7 @@ def _nbdist_parser() -> _Parser:
 def _distributed_parser() -> _Parser:
     p = _Parser(prog="%%distributed", description="Run this cell on every rank at once.")
     _add_cell_options(p)
-    # sweeps (see nbdist.notebook.sweep)
+    # sweeps (see nbdist.notebook.sweeps.trials)
     p.add_argument(
         "--sweep",
         action="append",
@@ -157,7 +157,7 @@ def _add_cell_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=None, help="stop the cell after SECONDS")
     p.add_argument("--ranks", type=_ranks, default=None, help="run on these ranks only: 0,2")
     p.add_argument("--all-output", action="store_true", help="show every rank's output")
-    # recovery (see nbdist.notebook.recovery)
+    # recovery (see nbdist.notebook.run.recovery)
     p.add_argument("--restarts", type=int, default=0, help="replace lost workers up to R times")
     p.add_argument("--min-workers", type=int, default=None, help="shrink to no fewer than M")
     p.add_argument(
@@ -166,7 +166,7 @@ def _add_cell_options(p: argparse.ArgumentParser) -> None:
         default=300.0,
         help="seconds without progress before a rank counts as hung",
     )
-    # telemetry (see nbdist.notebook.runs)
+    # telemetry (see nbdist.notebook.board.runs)
     p.add_argument("--no-dashboard", action="store_true", help="no live dashboard widget")
     p.add_argument("--total", type=_positive, default=None, help="steps in all, for the ETA")
     p.add_argument("--tensorboard", metavar="DIR", default=None, help="also write TensorBoard logs")
@@ -266,9 +266,7 @@ class NbdistMagics(Magics):
                 f"per engine) in {c.ready_seconds:.1f} s"
             )
         elif args.command == "attach":
-            from .attach import attach
-
-            c = attach(args.cluster_id)
+            c = session.attach(args.cluster_id)
             print(f"nbdist: attached to {c.engines.cluster_id}, {len(c.slots)} ranks ({c.backend})")
         elif args.command == "stop":
             c = session.current(required=False)
@@ -287,7 +285,7 @@ class NbdistMagics(Magics):
                 print(text)
             print(_status_table(c.status()))
         elif args.command == "scatter":
-            from . import data
+            from .data import scatter as data
 
             opts = {
                 k: getattr(args, k)
@@ -295,19 +293,19 @@ class NbdistMagics(Magics):
             }
             data.scatter_variable(self.shell.user_ns, args.name, **opts)
         elif args.command == "run":
-            from . import programs
+            from .run import programs
 
             opts = _cell_options(args)  # bad options first, then the file, then the cluster
             program = programs.load(args.file, args.args)
-            session.current()
+            cluster = session.current()
             name = args.name or os.path.basename(args.file)
-            programs.run_watched(program, opts, name)
+            programs.run_watched(cluster, program, opts, name)
         elif args.command == "pull":
             target = args.target
             if target is not None and (not target.isidentifier() or keyword.iskeyword(target)):
                 raise UsageError(f"--as {target!r} is not a variable name: use letters, digits, _")
             if args.trial is not None:
-                from .sweep import pull_trial
+                from .sweeps.trials import pull_trial
 
                 value = pull_trial(args.name, args.trial)
             else:
@@ -322,19 +320,19 @@ class NbdistMagics(Magics):
         Options: ``--timeout SECONDS``, ``--ranks 0,2``, ``--all-output``; telemetry:
         ``--no-dashboard``, ``--total N``, ``--tensorboard DIR``, ``--stop-on-nan``, ``--name``;
         a sweep: ``--sweep NAME=VALUES`` (repeated), ``--trial-size K``, ``--samples N``,
-        ``--seed S``, ``--stop-early median`` (see ``nbdist.notebook.sweep``).
+        ``--seed S``, ``--stop-early median`` (see ``nbdist.notebook.sweeps.trials``).
         """
         args = _parse(_distributed_parser(), line)
         if args is None:
             return None
-        from . import programs
+        from .run import programs
 
         opts = _cell_options(args)
         spec = _sweep_spec(args)
-        session.current()  # no cluster: that error first
-        program = session.cell(cell, self.shell.transform_cell)
+        cluster = session.current()  # no cluster: that error first
+        program = programs.cell(cell, self.shell.transform_cell)
         if spec is not None:
-            from .sweep import run_sweep
+            from .sweeps.trials import run_sweep
 
             return run_sweep(program, spec, opts, board=not args.no_dashboard)
-        return programs.run_watched(program, opts, args.name)
+        return programs.run_watched(cluster, program, opts, args.name)

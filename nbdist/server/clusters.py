@@ -192,7 +192,9 @@ class Clusters:
 
     def _kernel_clusters(self, known_ids: set[str], host_pids: set[int]) -> list[dict]:
         """Clusters whose controller runs, from ipyparallel's cluster files in nbdist's profile."""
-        from ..notebook.engines.processes import profile_path  # neither ipyparallel nor torch
+        from ..notebook.cluster.engines.processes import (
+            profile_path,  # neither ipyparallel nor torch
+        )
 
         profile = profile_path()
         out = []
@@ -242,7 +244,7 @@ def _slurm_job(cluster: dict) -> dict | None:
     job_id, now = ids[-1], time.monotonic()
     when, job = _JOBS.get(job_id, (0.0, None))
     if now - when > JOB_FRESH_FOR:
-        from ..notebook.engines.remote import slurm  # neither ipyparallel nor torch
+        from ..notebook.cluster.engines.remote import slurm  # neither ipyparallel nor torch
 
         info = slurm.query(job_id)
         job = {"id": job_id, "state": "gone", "reason": "", "time_left": "", "line": ""}

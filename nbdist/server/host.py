@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     control = cluster = None
     try:
         from ..notebook import session  # torch comes in here, in this process only
-        from ..notebook.engines.processes import profile_dir
+        from ..notebook.cluster.engines.processes import profile_dir
 
         t0 = time.perf_counter()
         cluster = session.start(n=args.n)

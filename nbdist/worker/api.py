@@ -36,7 +36,7 @@ def setup(threads: int) -> Inventory:
         os.environ[var] = str(threads)
     import torch
 
-    from .. import __version__
+    from .._version import __version__
     from . import rendezvous, script
 
     torch.set_num_threads(threads)
@@ -111,7 +111,7 @@ def run_cell(request: CellRequest) -> CellOutcome:
 
 def fetch(name: str) -> PackedValue | None:
     """The packed value of ``name`` for ``%nbdist pull``; None when it is not defined."""
-    from .runner import portable
+    from .values import portable
 
     ns = state.namespace()
     return portable(ns[name]) if name in ns else None

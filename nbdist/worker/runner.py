@@ -16,50 +16,12 @@ import re
 import sys
 import time
 import traceback
-from typing import Any
 
 from ..errors import CheckpointWriteError, NbdistError
 from ..protocol import CellOutcome, CellRequest, PackedValue, Program
-from . import checkpoint, rendezvous, reporter, script, state, trials
-
-#: Values larger than this (pickled) come back to the notebook as their repr only.
-_MAX_VALUE_BYTES = 64 * 1024 * 1024
-
-
-def portable(value: Any) -> PackedValue:
-    """``value`` packed to travel to the notebook: pickled here, where it is sure to work.
-
-    Unpickling happens in the notebook's main thread (see ``unpack``), never in ipyparallel's IO
-    thread, where an object that cannot be rebuilt (a DDP model needs a process group) would
-    break the client. A DDP- or FSDP-wrapped model travels as its inner module.
-    """
-    import pickle
-
-    value = getattr(value, "module", value) if _is_wrapper(value) else value
-    text = _safe_repr(value)
-    try:
-        try:
-            import cloudpickle
-
-            data = cloudpickle.dumps(value)
-        except ImportError:
-            data = pickle.dumps(value)
-    except Exception:
-        return PackedValue(repr=text)
-    if len(data) > _MAX_VALUE_BYTES:
-        return PackedValue(repr=text)
-    return PackedValue(repr=text, pickle=data)
-
-
-def _is_wrapper(value: Any) -> bool:
-    return type(value).__name__ in ("DistributedDataParallel", "FullyShardedDataParallel")
-
-
-def _safe_repr(value: Any) -> str:
-    try:
-        return repr(value)
-    except Exception as e:
-        return f"<{type(value).__name__} (repr failed: {e})>"
+from . import rendezvous, reporter, script, state, trials
+from .checkpoint import save as checkpoint
+from .values import portable
 
 
 def _transform(program: Program) -> str:

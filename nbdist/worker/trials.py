@@ -43,7 +43,7 @@ def end(info: TrialInfo | None, before: dict[str, int] | None) -> None:
 
 def fetch(trial_id: int, name: str) -> PackedValue | None:
     """The packed value ``name`` had when trial ``trial_id`` ended here; None when unknown."""
-    from .runner import portable
+    from .values import portable
 
     space = engine.trial_spaces.get(trial_id)
     return portable(space[name]) if space is not None and name in space else None

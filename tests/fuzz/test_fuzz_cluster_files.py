@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nbdist.errors import UsageError
-from nbdist.notebook import hosts
+from nbdist.notebook.cluster import hosts
 
 KEYS = [*sorted(hosts.FILE_KEYS - {"hosts", "launcher_options"}), "no_such_key"]
 HOST_KEYS = ["host", "user", "engines", "port", "interface", "python", "environment", "extra"]

@@ -27,9 +27,9 @@ from conftest import assert_gone, shutdown_kernel, start_kernel
 import nbdist
 from nbdist.config import CellOptions, TelemetryConfig
 from nbdist.errors import DistributedCellError, UsageError
-from nbdist.notebook import dashboard as dashboard_mod
-from nbdist.notebook import monitor
+from nbdist.notebook.board import dashboard as dashboard_mod
 from nbdist.notebook.magics import _status_table
+from nbdist.notebook.run import monitor
 from nbdist.worker import api
 
 pytestmark = [
@@ -352,7 +352,7 @@ class TestOneGpu:
         path.write_bytes(pickle.dumps(packed))
         code = (
             "import pickle, sys, torch\n"
-            "from nbdist.notebook.transfer import unpack\n"
+            "from nbdist.notebook.cluster.transfer import unpack\n"
             "packed = pickle.load(open(sys.argv[1], 'rb'))\n"
             "assert not torch.cuda.is_available()\n"
             "try:\n"

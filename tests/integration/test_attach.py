@@ -127,7 +127,7 @@ def test_one_notebook_at_a_time(kernel, host):
 def test_the_host_refuses_more_engines_than_the_machine_takes(host):
     """The control socket's spawn is bounded like the sidebar's start: CPUs x 4, at least 8."""
     from nbdist.errors import NbdistError
-    from nbdist.notebook.engines.hosted import ask
+    from nbdist.notebook.cluster.engines.hosted import ask
     from nbdist.server.clusters import max_engines
 
     proc, rec = host

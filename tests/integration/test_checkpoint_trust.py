@@ -23,7 +23,7 @@ from conftest import assert_gone, kill_when
 
 from nbdist.config import CellOptions
 from nbdist.errors import DistributedCellError, UsageError
-from nbdist.worker import ckpt_files
+from nbdist.worker.checkpoint.save import files as ckpt_files
 
 STEPS, EVERY, KILL_AT = 32, 5, 12  # checkpoints after steps 4, 9, ... 29 and the last, 31
 

@@ -48,7 +48,7 @@ def _value(kernel, expr: str):
 @pytest.fixture(scope="module")
 def ready(kernel):
     kernel.ok("%nbdist start -n 2")
-    kernel.ok("from nbdist.notebook import monitor as _runs")
+    kernel.ok("from nbdist.notebook.run import monitor as _runs")
     yield kernel
     kernel.ok("%nbdist stop")
 

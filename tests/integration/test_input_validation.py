@@ -15,7 +15,7 @@ import nbdist
 from nbdist import config
 from nbdist.config import CellOptions, ClusterConfig
 from nbdist.errors import UsageError
-from nbdist.notebook import hosts
+from nbdist.notebook.cluster import hosts
 
 CPUS = config.cpu_count()
 LIMIT = config.engine_limit(CPUS)

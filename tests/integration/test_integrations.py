@@ -11,7 +11,7 @@ import pytest
 
 from nbdist.config import CellOptions, TelemetryConfig
 from nbdist.errors import UsageError
-from nbdist.notebook import monitor
+from nbdist.notebook.run import monitor
 from nbdist.worker.integrations import numbers
 
 # dashboards are built and updated (their widgets too), but there is no front end here

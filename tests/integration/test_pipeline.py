@@ -14,7 +14,7 @@ from conftest import assert_gone, kill_when
 from nbdist.config import CellOptions
 from nbdist.errors import DistributedCellError, UsageError
 from nbdist.notebook.magics import _status_table
-from nbdist.worker.pipeline import _check_layout
+from nbdist.worker.pipeline.stages import _check_layout
 
 STEPS, BATCH, MICRO = 3, 16, 4
 
@@ -56,7 +56,7 @@ def batches():
 
 TRAIN = """
 import torch.distributed as dist
-from nbdist.worker.pipeline import pipeline
+from nbdist.worker.pipeline.stages import pipeline
 model = (Net().double() if TRACED else make_model())
 pipe = pipeline(
     model, split=["layers.1"] if TRACED else ["2"], microbatches=4, loss_fn=F.mse_loss,
@@ -120,7 +120,7 @@ def test_gradients_accumulate_like_backward(cluster):
     """Two steps without zeroing in between leave the sum of both batches' gradients."""
     cluster.run(MODEL)
     every = cluster.run(
-        "import torch.distributed as dist\nfrom nbdist.worker.pipeline import pipeline\n"
+        "import torch.distributed as dist\nfrom nbdist.worker.pipeline.stages import pipeline\n"
         "pipe = pipeline(make_model(), split=['2'], microbatches=2, loss_fn=F.mse_loss)\n"
         "for x, y in batches()[:2]:\n    pipe.step(x, y)\n"
         "mine = {k: p.grad.tolist() for k, p in pipe.stage.named_parameters()}\n"
@@ -184,7 +184,7 @@ BAD = [
 
 @pytest.mark.parametrize(("code", "expected"), BAD, ids=[b[1][:24] for b in BAD])
 def test_bad_input_is_one_line_on_every_rank(cluster, code, expected):
-    cluster.run(MODEL + "from nbdist.worker.pipeline import pipeline")
+    cluster.run(MODEL + "from nbdist.worker.pipeline.stages import pipeline")
     with pytest.raises(DistributedCellError) as e:
         cluster.run(code)
     assert len(e.value.groups) == 1, e.value.groups  # the same error, on every rank
@@ -207,7 +207,7 @@ def test_world_size_not_divisible_by_the_stages_names_the_fix():
 def test_each_step_is_measured_and_status_shows_each_ranks_stage(cluster):
     cluster.run(MODEL)
     measured = cluster.run(
-        "import torch.distributed as dist\nfrom nbdist.worker.pipeline import pipeline\n"
+        "import torch.distributed as dist\nfrom nbdist.worker.pipeline.stages import pipeline\n"
         "pipe = pipeline(make_model(), split=['2'], microbatches=4, loss_fn=F.mse_loss)\n"
         "assert pipe.last_step_time is None and pipe.idle_share is None\n"
         "for x, y in batches():\n    pipe.step(x, y)\n"
@@ -227,7 +227,7 @@ def test_each_step_is_measured_and_status_shows_each_ranks_stage(cluster):
 # rank 0 marks the step at which to kill rank 1 (once, on the first attempt).
 RESUMABLE = """
 import pathlib, time
-from nbdist.worker.pipeline import pipeline
+from nbdist.worker.pipeline.stages import pipeline
 torch.manual_seed(0)
 model = make_model()
 pipe = pipeline(model, split=["2"], microbatches=4, loss_fn=F.mse_loss)
@@ -281,7 +281,7 @@ def test_each_rank_keeps_only_its_own_stage_once_the_model_is_dropped(cluster):
     """The other stages' parameters are freed: a model too big for one worker stays split."""
     cluster.run(MODEL)
     kept = cluster.run(
-        "import gc, weakref\nfrom nbdist.worker.pipeline import pipeline\n"
+        "import gc, weakref\nfrom nbdist.worker.pipeline.stages import pipeline\n"
         "x, y = batches()[0]\n"
         "def alive_after(model, **kw):\n"
         "    refs = {n: weakref.ref(p) for n, p in model.named_parameters()}\n"

@@ -15,7 +15,7 @@ from test_pipeline import (
 # the same model and batches as test_pipeline's
 MODEL = (
     PIPELINE_MODEL
-    + "import torch.distributed as dist\nfrom nbdist.worker.pipeline import pipeline\n"
+    + "import torch.distributed as dist\nfrom nbdist.worker.pipeline.stages import pipeline\n"
 )
 
 # Replica r trains on rows r*8 .. r*8+7 of each batch: its ranks are given that half.

@@ -19,7 +19,7 @@ import pytest
 from conftest import assert_gone, wait_until
 
 from nbdist import _lifeline
-from nbdist.notebook.engines.processes import Pids, signal_own, tree
+from nbdist.notebook.cluster.engines.processes import Pids, signal_own, tree
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 

@@ -30,7 +30,8 @@ from netns import Sshd, cluster_file, free_port
 
 import nbdist
 from nbdist.errors import NbdistError, UsageError
-from nbdist.notebook.engines import remote
+from nbdist.notebook.cluster.engines.remote.engines import RemoteEngines
+from nbdist.notebook.cluster.engines.remote.launchers import launcher_options
 
 NOTEBOOK = Path(__file__).parents[2] / "notebooks" / "remote_hosts.ipynb"
 
@@ -115,7 +116,7 @@ def ssh_cluster(sshd, tmp_path_factory):
 
 def test_engines_start_over_ssh_and_train_ddp_across_them(ssh_cluster):
     c = ssh_cluster
-    assert isinstance(c.engines, remote.RemoteEngines)
+    assert isinstance(c.engines, RemoteEngines)
     assert [s.host for s in c.slots] == ["127.0.0.1", "127.0.0.1"]
     assert [(s.local_rank, s.local_world_size, s.device) for s in c.slots] == [
         (0, 2, "cpu"),
@@ -414,16 +415,16 @@ def test_a_scheduler_that_is_not_there_fails_well(tmp_path, monkeypatch):
 
 # -- ipyparallel's own launchers, options passed through -----------------------------------------
 def test_launcher_options_are_checked_and_converted():
-    assert remote.launcher_options("slurm", {"account": "ml", "timelimit": "1:00:00"}) == {
+    assert launcher_options("slurm", {"account": "ml", "timelimit": "1:00:00"}) == {
         "account": "ml",
         "timelimit": "1:00:00",
     }
-    assert remote.launcher_options("mpi", {"mpi_args": '["--hostfile", "hosts"]'}) == {
+    assert launcher_options("mpi", {"mpi_args": '["--hostfile", "hosts"]'}) == {
         "mpi_args": ["--hostfile", "hosts"],
     }
-    assert remote.launcher_options("local", {"delay": "0.5"}) == {"delay": 0.5}
+    assert launcher_options("local", {"delay": "0.5"}) == {"delay": 0.5}
     with pytest.raises(UsageError, match="the slurm launcher has no option 'acount'; its "):
-        remote.launcher_options("slurm", {"acount": "ml"})
+        launcher_options("slurm", {"acount": "ml"})
 
 
 def test_the_local_launcher_trains_and_leaves_nothing():

@@ -263,7 +263,7 @@ def test_a_job_ended_from_outside_is_named_and_resumed_on_a_new_job(slurm, in_tm
 
 
 def test_the_job_line_reads_a_real_job(slurm, in_tmp):
-    from nbdist.notebook.engines.remote import slurm as sl
+    from nbdist.notebook.cluster.engines.remote import slurm as sl
 
     done = slurm.run("sbatch", "--time=5", "-o", os.devnull, "--wrap=sleep 60")
     job_id = done.stdout.split()[-1]
@@ -283,7 +283,7 @@ def test_the_job_line_reads_a_real_job(slurm, in_tmp):
 # -- pure: the scheduler's words, checked without a scheduler -----------------------------------
 def test_slurm_times_are_checked_and_durations_read_as_squeue_writes_them():
     from nbdist.launcher_config import slurm_time
-    from nbdist.notebook.engines.remote import slurm as sl
+    from nbdist.notebook.cluster.engines.remote import slurm as sl
 
     for ok in ("30", "30:00", "1:30:00", "2-00", "2-12:30", "2-12:30:15", "UNLIMITED", 45):
         assert slurm_time(ok) == str(ok)
@@ -305,8 +305,8 @@ def test_slurm_times_are_checked_and_durations_read_as_squeue_writes_them():
 
 
 def test_scheduler_options_reach_the_batch_script(tmp_path):
-    from nbdist.notebook.engines.remote import launchers
-    from nbdist.notebook.engines.remote import slurm as sl
+    from nbdist.notebook.cluster.engines.remote import launchers
+    from nbdist.notebook.cluster.engines.remote import slurm as sl
 
     opts = launchers.launcher_options(
         "slurm",

@@ -18,7 +18,7 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 LABELS = ["lr=0.1, width=32", "lr=0.1, width=64", "lr=0.01, width=32", "lr=0.01, width=64"]
 ERROR = "RuntimeError: CUDA out of memory <b>not bold</b>"
 
-SHOW = f"""from nbdist.notebook.sweep_board import SweepBoard
+SHOW = f"""from nbdist.notebook.sweeps.board import SweepBoard
 board = SweepBoard("sweep <i>lr × width</i>")
 board.show()
 labels = {LABELS!r}

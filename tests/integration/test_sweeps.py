@@ -11,7 +11,7 @@ import pytest
 from conftest import assert_gone
 
 from nbdist.errors import UsageError
-from nbdist.notebook.sweep import pull_trial, sweep
+from nbdist.notebook.sweeps.trials import pull_trial, sweep
 
 WHO = """
 import os, time, torch, torch.distributed as dist

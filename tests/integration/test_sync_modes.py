@@ -14,7 +14,7 @@ import torch
 from conftest import assert_gone, kill_when
 
 from nbdist.config import CellOptions
-from nbdist.notebook import monitor
+from nbdist.notebook.run import monitor
 from nbdist.telemetry.store import RunStore
 
 WORLD, LR = 2, 0.05

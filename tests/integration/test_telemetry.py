@@ -10,7 +10,8 @@ from conftest import wait_until
 import nbdist
 from nbdist.config import CellOptions, TelemetryConfig
 from nbdist.errors import DistributedCellError, UsageError
-from nbdist.notebook import monitor, runs
+from nbdist.notebook.board import runs
+from nbdist.notebook.run import monitor
 from nbdist.telemetry import events as ev
 from nbdist.telemetry.store import RunStore
 

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from nbdist.config import CellOptions, TelemetryConfig
-from nbdist.notebook import monitor
-from nbdist.notebook.collector import Collector, RankState, classify
-from nbdist.notebook.observers import Phase, RunObserver
+from nbdist.notebook.board.collector import Collector, RankState, classify
+from nbdist.notebook.run import monitor
+from nbdist.notebook.run.observers import Phase, RunObserver
 from nbdist.telemetry import events as ev
 from nbdist.telemetry.events import Batch, HealthSample, MetricRecord
 from nbdist.telemetry.store import RunStore

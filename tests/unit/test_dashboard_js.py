@@ -1,5 +1,5 @@
 """The browser decimates curves by the same rule as the kernel: the same points in, the same
-points kept (the dashboard's ES module run by node, against ``nbdist.notebook.curves.Curve``)."""
+points kept (the dashboard's ES module run by node, against ``notebook.board.curves.Curve``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from nbdist.notebook import widget
-from nbdist.notebook.curves import Curve
+from nbdist.notebook.board import widget
+from nbdist.notebook.board.curves import Curve
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")

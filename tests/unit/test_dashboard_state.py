@@ -11,9 +11,9 @@ import time
 import pytest
 
 from nbdist.config import TelemetryConfig
-from nbdist.notebook.collector import Collector
-from nbdist.notebook.curves import Curve, Outbox, minmax
-from nbdist.notebook.dashboard import Dashboard
+from nbdist.notebook.board.collector import Collector
+from nbdist.notebook.board.curves import Curve, Outbox, minmax
+from nbdist.notebook.board.dashboard import Dashboard
 from nbdist.telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
 
 

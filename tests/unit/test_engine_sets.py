@@ -13,13 +13,15 @@ import sys
 import pytest
 
 from nbdist.errors import NbdistError, UsageError
-from nbdist.notebook import attach
-from nbdist.notebook.engines import EngineExit, EngineSet, for_config
-from nbdist.notebook.engines.hosted import HostedEngines
-from nbdist.notebook.engines.local import LocalEngines
-from nbdist.notebook.engines.remote import RemoteEngines, RemoteExit
-from nbdist.notebook.engines.remote.checks import check_environments
-from nbdist.notebook.hosts import cluster_config
+from nbdist.notebook.cluster import attach
+from nbdist.notebook.cluster.engines.base import EngineExit, EngineSet
+from nbdist.notebook.cluster.engines.hosted import HostedEngines
+from nbdist.notebook.cluster.engines.local import LocalEngines
+from nbdist.notebook.cluster.engines.remote.checks import check_environments
+from nbdist.notebook.cluster.engines.remote.engines import RemoteEngines
+from nbdist.notebook.cluster.engines.remote.jobs import RemoteExit
+from nbdist.notebook.cluster.hosts import cluster_config
+from nbdist.notebook.cluster.ranks import for_config
 from nbdist.protocol import (
     EngineIdentity,
     GpuInfo,

@@ -8,7 +8,7 @@ import pytest
 
 from nbdist.config import ClusterConfig, HostSpec, RemoteConfig
 from nbdist.errors import UsageError
-from nbdist.notebook import hosts, inventory
+from nbdist.notebook.cluster import hosts, inventory
 from nbdist.protocol import GpuInfo, Inventory
 
 
@@ -302,7 +302,7 @@ def test_ordinary_names_addresses_and_pythons_pass():
 
 def test_engines_and_threads_per_host_are_bounded_by_its_cpus_unless_oversubscribed():
     from nbdist import config
-    from nbdist.notebook.engines.remote import checks
+    from nbdist.notebook.cluster.engines.remote import checks
 
     facts = {"gpu1": checks.HostFacts("3.11", "/usr/bin/python3", 4, None)}
     many = hosts.cluster_config(hosts="gpu1:17")

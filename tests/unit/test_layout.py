@@ -4,6 +4,7 @@ only ``nbdist.worker.api`` functions shipped to engines. Read from the source, n
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,153 @@ def test_only_worker_api_functions_are_shipped_to_engines():
         for mod, calls in shipped.items()
     }
     assert {k: v for k, v in foreign.items() if v} == {}
+
+
+# -- the house: no circles, engine code apart, rooms that import downward only --------------------
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+NAMES = {_module_name(p): p for p in MODULES}
+
+
+def _imports(path: Path) -> set[str]:
+    """Every nbdist module ``path`` imports, wherever the import stands (in a function, under
+    ``TYPE_CHECKING``): ``from a import b`` counts as ``a.b`` when that is a module, else ``a``."""
+    here = _module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for a in node.names:
+                found.add(f"{module}.{a.name}" if f"{module}.{a.name}" in NAMES else module)
+    return {m for m in found if m in NAMES and m != here}
+
+
+GRAPH = {name: _imports(path) for name, path in NAMES.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while (w := stack.pop()) != v:
+                group.append(w)
+            if group:
+                out.append(sorted([v, *group]))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_import_reader_sees_what_is_there():
+    assert "nbdist.notebook.run.supervisor" in GRAPH["nbdist.notebook.run.controller"]
+    assert "nbdist.notebook.cluster.ranks" in GRAPH["nbdist.notebook.session"]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_two_modules_import_each_other_even_in_a_circle():
+    assert _circles(GRAPH) == []
+
+
+_TS_IMPORT = re.compile(r"""^\s*import\b[^'"]*['"]\./([\w-]+)['"]""", re.M)
+
+
+def test_no_circle_in_the_sidebar():
+    src = PACKAGE.parent / "extension" / "src"
+    files = {p.stem: p for p in src.glob("*.ts*")}
+    graph = {
+        name: {m for m in _TS_IMPORT.findall(p.read_text()) if m in files}
+        for name, p in files.items()
+    }
+    assert graph["panel"], "found no imports in the sidebar: is the check still looking?"
+    assert _circles(graph) == []
+
+
+#: The floor: what both sides stand on. It imports neither side.
+FLOOR = ("protocol", "wire", "errors", "config", "launcher_config", "paths", "datadir", "telemetry")
+
+
+def test_engine_code_never_imports_kernel_code_and_the_floor_neither_side():
+    engine = [m for m in GRAPH if m.startswith("nbdist.worker") or m == "nbdist._forkserver"]
+    floor = [m for m in GRAPH if m.split(".")[1:2] and m.split(".")[1] in FLOOR]
+    assert engine and floor
+    kernel = ("nbdist.notebook", "nbdist.server")
+    crossing = {m: sorted(i for i in GRAPH[m] if i.startswith(kernel)) for m in engine}
+    assert {m: v for m, v in crossing.items() if v} == {}
+    sides = (*kernel, "nbdist.worker")
+    crossing = {m: sorted(i for i in GRAPH[m] if i.startswith(sides)) for m in floor}
+    assert {m: v for m, v in crossing.items() if v} == {}
+
+
+#: Each side's rooms and their floors: a room imports only rooms on a lower floor (or itself).
+#: The kernel: the magics over what a person calls (data, sweeps), over the session, over a
+#: cell's run, over the cluster and the boards. The engines: the door (``api``, ``runner``) over
+#: the job folders, over the engine's own ground (its state, rank context, reporter...).
+ROOMS = {
+    "notebook": {"magics": 5, "data": 4, "sweeps": 4, "session": 3, "run": 2, "cluster": 1,
+                 "board": 1},
+    "worker": {"api": 4, "runner": 3, "checkpoint": 2, "train": 1, "pipeline": 1,
+               "integrations": 1, "ground": 0},
+}  # fmt: skip
+
+
+def _room(module: str) -> tuple[str, str] | None:
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] not in ROOMS:
+        return None
+    side, room = parts[1], parts[2]
+    return side, room if room in ROOMS[side] else "ground"
+
+
+def test_rooms_import_downward_only():
+    every = {_room(m) for m in GRAPH} - {None}
+    assert every == {(side, r) for side, rooms in ROOMS.items() for r in rooms}, "a new room?"
+    upward = []
+    for m, imported in GRAPH.items():
+        here = _room(m)
+        for i in imported:
+            there = _room(i)
+            if here and there and here != there and here[0] == there[0]:  # the same side
+                if ROOMS[here[0]][here[1]] <= ROOMS[there[0]][there[1]]:
+                    upward.append(f"{m} -> {i}")
+    assert upward == []
+
+
+def test_folders_hold_about_a_dozen_modules_and_say_what_they_do():
+    folders = {p.parent for p in MODULES}
+    crowded = {}
+    for folder in folders:
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        if len(modules) > 12:
+            crowded[str(folder.relative_to(PACKAGE.parent))] = len(modules)
+        init = folder / "__init__.py"
+        assert init.exists(), f"{folder} is no package"
+        assert len(ast.get_docstring(_tree(init)) or "") > 80, f"{init}: say what it holds"
+    assert crowded == {}

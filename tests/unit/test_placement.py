@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from nbdist.errors import UsageError
-from nbdist.notebook import placement
+from nbdist.notebook.cluster import placement
 from nbdist.protocol import GpuInfo, Inventory
 
 _A100 = GpuInfo(name="NVIDIA A100-SXM4-80GB", memory=85_899_345_920)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from nbdist.errors import DistributedCellError, NbdistError, RankFailure
-from nbdist.notebook.controller import TRANSITIONS, RunController
-from nbdist.notebook.observers import Phase
-from nbdist.notebook.recovery import Decision, Failure, RunState, classify, decide
-from nbdist.notebook.supervisor import CellReport
+from nbdist.notebook.cluster.journal import Journal
+from nbdist.notebook.run.controller import TRANSITIONS, RunController
+from nbdist.notebook.run.observers import Phase
+from nbdist.notebook.run.recovery import Decision, Failure, RunState, classify, decide
+from nbdist.notebook.run.supervisor import CellReport
 
 
 @pytest.mark.parametrize(
@@ -72,9 +73,22 @@ def test_lifecycle_transitions():
     assert Phase.FINISHED not in TRANSITIONS[Phase.RECOVERING]  # recovery always runs again
 
 
+class _ScriptedJournal(Journal):
+    """A journal holding one step, which says so when recovery replays it."""
+
+    def __init__(self, calls):
+        super().__init__()
+        self.calls = calls
+        self.record(lambda: calls.append("replay"))
+
+    def add_cell(self, *args):
+        self.calls.append("journal")
+
+
 class _ScriptedCluster:
-    """The controller's view of a cluster, answering run_once() from a script of reports.
-    (The same controller drives real clusters in test_recovery.py; this checks its steps.)"""
+    """The controller's view of a cluster's ranks; its attempts (``run_once``, the controller's
+    ``attempt``) answered from a script of reports. (The same controller drives real clusters
+    in test_recovery.py; this checks its steps.)"""
 
     def __init__(self, reports, replaceable=True):
         self.reports = list(reports)
@@ -82,6 +96,7 @@ class _ScriptedCluster:
         self.replaceable = replaceable
         self.calls = []
         self.group_ready = True
+        self.journal = _ScriptedJournal(self.calls)
 
     def run_once(self, *args):
         self.calls.append("run")
@@ -96,14 +111,8 @@ class _ScriptedCluster:
         self.calls.append(("shrink", lost))
         self.slots = self.slots[: len(self.slots) - len(lost)]
 
-    def replay(self):
-        self.calls.append("replay")
-
-    def repair(self, report, full):
+    def repair(self, lost, group_broken, full):
         return ""
-
-    def journal_cell(self, *args):
-        self.calls.append("journal")
 
 
 class _Watcher:
@@ -135,7 +144,15 @@ def _controller(cluster, restarts=1, min_workers=None):
     watcher = _Watcher()
     opts = CellOptions(restarts=restarts, min_workers=min_workers)
     cell = Program(source="pass", filename="<t>", argv=("<t>",))
-    ctl = RunController(cluster, cell, opts, run_key="k", full=True, observers=[watcher])
+    ctl = RunController(
+        cluster,
+        cell,
+        opts,
+        run_key="k",
+        full=True,
+        observers=[watcher],
+        attempt=lambda *args: cluster.run_once(*args),
+    )
     return ctl, watcher
 
 
@@ -178,7 +195,7 @@ def _table_rows() -> list[tuple]:
     """(failure, restarts left, replaceable, >= min workers, decision) for each row."""
     import re
 
-    import nbdist.notebook.recovery as recovery
+    import nbdist.notebook.run.recovery as recovery
 
     rows = []
     for line in recovery.__doc__.splitlines():

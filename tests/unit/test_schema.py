@@ -103,7 +103,7 @@ def test_the_tables_have_exactly_those_columns(tmp_path):
 @pytest.fixture
 def rows(tmp_path) -> dict:
     """One of each thing the endpoints send, read from a store the kernel's way wrote."""
-    from nbdist.notebook.monitor import RunMonitor
+    from nbdist.notebook.run.monitor import RunMonitor
 
     store = RunStore(tmp_path / "runs.sqlite")
     cluster = SimpleNamespace(
@@ -180,8 +180,9 @@ def test_the_schema_and_the_kernel_side_import_no_torch():
         "import sys\n"
         "import nbdist.protocol, nbdist.telemetry.events\n"
         "light = sorted(m for m in ('torch', 'numpy') if m in sys.modules)\n"
-        "import nbdist.telemetry.store, nbdist.telemetry.writer, nbdist.notebook.collector\n"
-        "import nbdist.notebook.monitor, nbdist.notebook.runs, nbdist.notebook.dashboard\n"
+        "import nbdist.telemetry.store, nbdist.telemetry.writer, nbdist.notebook.board.collector\n"
+        "import nbdist.notebook.run.monitor, nbdist.notebook.board.runs\n"
+        "import nbdist.notebook.board.dashboard\n"
         "print(light, 'torch' in sys.modules)\n"
     )
     out = subprocess.run(

@@ -14,8 +14,8 @@ from conftest import IMBALANCED, within_one_per_class
 
 import nbdist
 from nbdist import wire
-from nbdist.notebook import data_checks
-from nbdist.notebook.sharding import (
+from nbdist.notebook.data.scatter import checks as data_checks
+from nbdist.notebook.data.sharding import (
     label_counts,
     label_warnings,
     plan,
@@ -132,7 +132,7 @@ def test_a_shard_sends_contiguous_rows_as_a_view():
 
 
 def test_the_kernel_side_of_data_imports_no_torch():
-    modules = "nbdist.notebook.sharding, nbdist.notebook.data_checks, nbdist.wire"
+    modules = "nbdist.notebook.data.sharding, nbdist.notebook.data.checks, nbdist.wire"
     code = f"import sys, {modules}, nbdist.worker.api\nassert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from nbdist.notebook.sweep_board import SweepBoard
+from nbdist.notebook.sweeps.board import SweepBoard
 
 
 class _Handle:

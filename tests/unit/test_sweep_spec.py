@@ -9,7 +9,7 @@ import pytest
 
 from nbdist.errors import UsageError
 from nbdist.notebook.magics import _distributed_parser, _parse, _sweep_spec
-from nbdist.notebook.sweep_spec import Range, SweepSpec, label, median_rule, parse_sweep
+from nbdist.notebook.sweeps.spec import Range, SweepSpec, label, median_rule, parse_sweep
 
 
 def _spec(line: str) -> SweepSpec | None:

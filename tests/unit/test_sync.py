@@ -1,4 +1,4 @@
-"""``nbdist.worker.sync``'s pure parts: the options' checks and DiLoCo's outer step."""
+"""``nbdist.worker.train.sync``'s pure parts: the options' checks and DiLoCo's outer step."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nbdist.errors import UsageError
-from nbdist.worker import sync
+from nbdist.worker.train import sync
 
 OPT = object()  # any optimizer: the checks only ask whether there is one
 

@@ -1,0 +1,328 @@
+"""The notebook side of telemetry: engines' batches in, the run's live state out.
+
+``Collector.poll(ranks)`` is called by the cell's supervisor every ~20 ms with its ranks. It pops
+nbdist's batches from each rank's ``ar.metadata['data']`` (the client's I/O thread adds them
+there; popping means nothing is read twice and nothing is overwritten), folds them into one
+``RankState`` per rank, and reads the tail of each rank's output. Work per poll is proportional
+to what arrived, so 64 ranks reporting 20 times a second cost the kernel little.
+
+``classify`` is the health verdict, a pure function: ok, slow (a straggler), silent, dead.
+The records are ``telemetry.events``'s: ``Batch`` in; ``MetricRecord`` and ``RunEvent`` out,
+through the ``on_*`` hooks.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ...config import TelemetryConfig
+from ...protocol import CellOutcome
+from ...telemetry import events as ev
+from ...telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
+from .curves import Curve
+
+_MAX_POINTS = 2000  # points kept per curve (min/max decimated: see curves.py)
+_MAX_PENDING_MEAN = 20_000  # steps whose mean waits for a lagging rank, at most
+_RATE_WINDOW = 5.0  # seconds of records behind samples/s and the ETA
+
+
+class RankFeed(Protocol):
+    """A running rank as the collector reads it (the supervisor's ``RankRun``): ``ar.metadata``
+    holds what its engine has sent so far (output, telemetry batches, added by ipyparallel's I/O
+    thread); ``outcome``, once known, how its cell ended."""
+
+    ar: Any
+    outcome: CellOutcome | None
+
+
+@dataclass
+class RankState:
+    """What the notebook knows about one rank during a run."""
+
+    rank: int
+    host: str = ""
+    pid: int | None = None
+    step: int | None = None
+    loss: float | None = None
+    samples: float = 0.0  # samples reported so far
+    reports: int = 0
+    last_record: float | None = None  # engine time of the latest metric record
+    last_seen: float | None = None  # notebook time of the latest batch (the heartbeat)
+    step_time: float | None = None  # smoothed seconds per step
+    health: HealthSample | None = None  # the latest sample
+    state: str = ev.OK
+    outcome: str | None = None  # None while running; ok | failed | died
+    nonfinite: str | None = None  # "nan" / "inf" once a non-finite loss was seen
+    losses: Curve = field(default_factory=lambda: Curve(_MAX_POINTS))
+    progress: deque = field(default_factory=lambda: deque(maxlen=64))  # (engine time, step)
+    log: deque = field(default_factory=lambda: deque(maxlen=5))
+    _partial: str = ""
+    _shown: int = 0
+    _last_step_at: tuple | None = None  # (engine time, step) of the previous record
+
+
+def classify(
+    ranks: dict[int, RankState], now: float, started: float, cfg: TelemetryConfig
+) -> dict[int, str]:
+    """Each rank's state: dead (engine gone), silent (no news), slow (a straggler), or ok.
+
+    Silent: no batch at all for ``silent_after`` s (the engine is stuck or unreachable); or,
+    while other ranks report, no report of its own for ``max(silent_after, 10 x median step)``.
+    Slow: a smoothed step time above ``slow_factor`` times the median of the running ranks.
+    """
+    running = [r for r in ranks.values() if r.outcome is None]
+    times = [r.step_time for r in running if r.step_time]
+    median = statistics.median(times) if len(times) >= 2 else None
+    reporting = any(r.reports for r in ranks.values())
+    quiet_limit = max(cfg.silent_after, 10 * median) if median else cfg.silent_after
+    out = {}
+    for r in ranks.values():
+        if r.outcome == "died":
+            out[r.rank] = ev.DEAD
+        elif r.outcome is not None:
+            out[r.rank] = ev.OK
+        elif now - (r.last_seen or started) > cfg.silent_after:
+            out[r.rank] = ev.SILENT
+        elif reporting and quiet_for(r, now, started) > quiet_limit:
+            out[r.rank] = ev.SILENT
+        elif median and r.step_time and r.step_time > cfg.slow_factor * median:
+            out[r.rank] = ev.SLOW
+        else:
+            out[r.rank] = ev.OK
+    return out
+
+
+def quiet_for(r: RankState, now: float, started: float) -> float:
+    """Seconds since this rank's last report, measured on its own clock when possible."""
+    h = r.health
+    if r.last_record is not None and h is not None and h.time:
+        return max(0.0, h.time - r.last_record) + (now - (r.last_seen or now))
+    return now - started if r.last_record is None else 0.0
+
+
+class Collector:
+    """Folds the engines' batches into per-rank state; calls ``on_*`` hooks as things arrive.
+
+    ``on_records(rank, records)``: a batch's ``MetricRecord``s, in arrival order;
+    ``on_event(event)``: a ``RunEvent``: engine events, NaN losses, changes of state.
+    Each rank's latest ``HealthSample`` is its ``RankState.health``.
+    """
+
+    def __init__(
+        self,
+        ranks: list[int],
+        cfg: TelemetryConfig | None = None,
+        total: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.cfg = cfg or TelemetryConfig()
+        self.clock = clock
+        self.started = clock()
+        self.ranks = {r: RankState(r, log=deque(maxlen=self.cfg.log_lines)) for r in ranks}
+        self.total = total
+        self.first_step: int | None = None
+        self.mean = Curve(_MAX_POINTS)  # mean loss over ranks, at each settled step
+        self._sums: dict[int, list] = {}  # step -> [sum, count], until the step settles
+        self.on_mean: Callable[[int, float], None] | None = None  # a newly settled point
+        self.first_record: float | None = None  # engine time
+        self.rate_window: deque = deque()  # (engine time, samples) across ranks
+        self._window_sum = 0.0  # samples in rate_window
+        self.batches = 0
+        self.records = 0
+        self.pending: list[float] = []  # engine times of records not yet shown
+        self.on_records: Callable[[int, list[MetricRecord]], None] | None = None
+        self.on_event: Callable[[RunEvent], None] | None = None
+
+    # -- input ------------------------------------------------------------------------------
+    def poll(self, ranks: Mapping[int, RankFeed]) -> int:
+        """Take what arrived from the supervisor's ranks; return the number of batches read."""
+        n = 0
+        for r, rk in ranks.items():
+            st = self.ranks.get(r)
+            if st is None:
+                st = self.ranks[r] = RankState(r, log=deque(maxlen=self.cfg.log_lines))
+            md = rk.ar.metadata
+            data = md.get("data")
+            if data:
+                for k in [k for k in list(data) if k.startswith(ev.KEY_PREFIX)]:
+                    b = data.pop(k, None)
+                    if isinstance(b, Batch) and b.v == ev.VERSION:
+                        self.ingest(r, b)
+                        n += 1
+            self._read_log(st, md.get("stdout") or "")
+            out = rk.outcome  # a protocol.CellOutcome once the rank's cell has ended
+            if st.outcome is None and out is not None:
+                st.outcome = (
+                    "ok" if out.ok else ("died" if out.kind in ("died", "hung") else "failed")
+                )
+        return n
+
+    def ingest(self, rank: int, batch: Batch) -> None:
+        """Fold one batch from ``rank`` (the supervisor's rank, which names it) into the state."""
+        st = self.ranks.setdefault(rank, RankState(rank, log=deque(maxlen=self.cfg.log_lines)))
+        st.last_seen = self.clock()
+        self.batches += 1
+        recs = batch.metrics
+        for rec in recs:
+            self._record(st, rec)
+        if recs and self.on_records is not None:
+            self.on_records(rank, recs)
+        h = batch.health
+        if h is not None:
+            st.health = h
+            st.host = h.host or st.host
+            st.pid = h.pid or st.pid
+        for e in batch.events:
+            self._event(e.kind, rank, e.message, e.data or {}, at=e.time)
+
+    def _record(self, st: RankState, rec: MetricRecord) -> None:
+        t, step, loss, samples, total, _extra = rec
+        self.records += 1
+        self.pending.append(t)
+        st.reports += 1
+        st.last_record = t
+        if self.first_record is None or t < self.first_record:
+            self.first_record = t
+        if total:
+            self.total = max(self.total or 0, int(total))
+        if samples:
+            st.samples += samples
+            self.rate_window.append((t, samples))
+            self._window_sum += samples
+        if step is not None:
+            if self.first_step is None or step < self.first_step:
+                self.first_step = step
+            prev = st._last_step_at
+            if prev is not None and step > prev[1] and t > prev[0]:
+                dt = (t - prev[0]) / (step - prev[1])
+                st.step_time = dt if st.step_time is None else 0.7 * st.step_time + 0.3 * dt
+            st._last_step_at = (t, step)
+            st.step = step
+            st.progress.append((t, step))
+        if loss is not None:
+            st.loss = loss
+            if not math.isfinite(loss):
+                if st.nonfinite is None:
+                    st.nonfinite = "nan" if math.isnan(loss) else "inf"
+                    at = f" at step {step}" if step is not None else ""
+                    self._event(
+                        "nan", st.rank, f"loss is {loss}{at}", {"step": step, "loss": str(loss)}
+                    )
+            elif step is not None:
+                st.losses.add(step, loss)
+                acc = self._sums.get(step)
+                if acc is None:
+                    acc = self._sums[step] = [0.0, 0]
+                acc[0] += loss
+                acc[1] += 1
+
+    def _read_log(self, st: RankState, text: str) -> None:
+        if len(text) == st._shown:
+            return
+        new, st._shown = text[st._shown :], len(text)
+        lines = (st._partial + new).split("\n")
+        st._partial = lines.pop()
+        st.log.extend(line.rstrip("\r") for line in lines[-st.log.maxlen :])
+
+    def _event(
+        self, kind: str, rank: int | None, message: str, data: dict, at: float | None = None
+    ) -> None:
+        if self.on_event is not None:
+            self.on_event(RunEvent(at or time.time(), kind, rank, message, data or None))
+
+    # -- verdicts ---------------------------------------------------------------------------
+    def update_states(self) -> None:
+        """Classify every rank; report each change of state as an event."""
+        now = self.clock()
+        for r, state in classify(self.ranks, now, self.started, self.cfg).items():
+            st = self.ranks[r]
+            if state != st.state:
+                old, st.state = st.state, state
+                if state == ev.OK:
+                    if st.outcome is None:
+                        self._event("recovered", r, f"{old} -> ok", {})
+                else:
+                    kind = "died" if state == ev.DEAD else state
+                    self._event(kind, r, _why(st, state, now), {})
+
+    # -- derived figures --------------------------------------------------------------------
+    def done(self) -> int | None:
+        """Steps completed by the slowest reporting rank (counting from 1)."""
+        steps = [s.step for s in self.ranks.values() if s.step is not None]
+        if not steps:
+            return None
+        return min(steps) + (1 if self.first_step == 0 else 0)
+
+    def samples_per_s(self) -> float | None:
+        """Samples per second across ranks over the last few seconds of records."""
+        w = self.rate_window
+        if not w:
+            return None
+        end = max(s.last_record or 0 for s in self.ranks.values())
+        while w and w[0][0] < end - _RATE_WINDOW:
+            self._window_sum -= w.popleft()[1]
+        span = min(_RATE_WINDOW, end - self.first_record)
+        return self._window_sum / span if span > 0.05 else None
+
+    def eta(self) -> float | None:
+        """Seconds left, from the slowest rank's recent pace, when the total is known."""
+        done = self.done()
+        if not self.total or done is None:
+            return None
+        rates = []
+        for s in self.ranks.values():
+            if len(s.progress) >= 2:
+                (t0, s0), (t1, s1) = s.progress[0], s.progress[-1]
+                if t1 > t0 and s1 > s0:
+                    rates.append((s1 - s0) / (t1 - t0))
+        if not rates:
+            return None
+        return max(0.0, (self.total - done) / min(rates))
+
+    def settle_mean(self, final: bool = False) -> None:
+        """Fold the steps that every live reporting rank has passed (every step, when
+        ``final``) into the mean curve, in step order; each new point goes to ``on_mean``.
+        A step waits for lagging ranks, but never more than ``_MAX_PENDING_MEAN`` steps."""
+        if not self._sums:
+            return
+        live = [
+            s.step
+            for s in self.ranks.values()
+            if s.step is not None and s.state not in (ev.SILENT, ev.DEAD) and s.outcome is None
+        ]
+        steps = sorted(self._sums)
+        upto = steps[-1] if final or not live else min(live)
+        if len(steps) > _MAX_PENDING_MEAN:
+            upto = max(upto, steps[len(steps) - _MAX_PENDING_MEAN])
+        for step in steps:
+            if step > upto:
+                break
+            total, count = self._sums.pop(step)
+            if self.mean.x and step <= self.mean.x[-1]:
+                continue  # a late report for a step already settled
+            value = total / count
+            self.mean.add(step, value)
+            if self.on_mean is not None:
+                self.on_mean(step, value)
+
+    def mean_loss(self) -> float | None:
+        """The latest settled mean loss over ranks."""
+        return self.mean.last()
+
+
+def _why(st: RankState, state: str, now: float) -> str:
+    if state == ev.DEAD:
+        return "its engine is gone"
+    if state == ev.SILENT:
+        if st.last_seen is None or now - st.last_seen > 3:
+            return "no heartbeat"
+        return "no report() lately"
+    if state == ev.SLOW and st.step_time:
+        return f"step time {st.step_time * 1000:.0f} ms, well above the others'"
+    return state

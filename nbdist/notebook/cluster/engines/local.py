@@ -1,0 +1,209 @@
+"""Local engines: an ipyparallel controller here, with engines forked on this machine.
+
+Each cluster lives in nbdist's own profile directory (``processes.profile_dir``: mode 0700, so
+connection files are readable by their owner alone), whose config files tie the controller and
+the engines to this kernel's life.
+
+Local engines are forked from a warm fork server (see ``nbdist._forkserver``): torch is imported
+once for all of them, and the server reports an engine's death the moment it happens.
+"""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import ipyparallel as ipp
+import psutil
+
+from .... import config
+from ....errors import NbdistError
+from .base import EngineExit, OnThisMachine
+from .processes import (
+    Pids,
+    close_quietly,
+    owner_only,
+    private_dir,
+    profile_dir,
+    reap,
+    tie_to_this_process,
+    tree,
+)
+
+
+class _ForkServer:
+    """The kernel's end of ``nbdist._forkserver``."""
+
+    def __init__(self, profile: Path, cluster_id: str, log_dir: Path):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nbdist._forkserver", str(profile), cluster_id, str(log_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # the notebook's interrupt is not for the engines
+        )
+        self.exits: queue.Queue[EngineExit] = queue.Queue()
+        self.ended: dict[int, int] = {}  # pid -> exit status: how add_engines learns of a death
+        self._pids: queue.Queue[int] = queue.Queue()
+        self._ready = threading.Event()
+        threading.Thread(target=self._read, name="nbdist-forkserver", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            word, *rest = line.split() or [""]
+            if word == "ready":
+                self._ready.set()
+            elif word == "pid":  # said before any exit of that process: an old pid's is stale
+                self.ended.pop(int(rest[0]), None)
+                self._pids.put(int(rest[0]))
+            elif word == "exit":
+                self.ended[int(rest[0])] = int(rest[1])
+                self.exits.put(EngineExit(int(rest[0]), int(rest[1])))
+        self._ready.set()  # the server is gone: wake anyone waiting
+
+    def spawn(self, timeout: float) -> int:
+        if not self._ready.wait(timeout) or self.proc.poll() is not None:
+            raise NbdistError("the engine fork server did not start (see the engine logs)")
+        self.proc.stdin.write("spawn\n")
+        self.proc.stdin.flush()
+        return self._pids.get(timeout=timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("exit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=5)
+            except Exception:
+                self.proc.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except Exception:
+                pass
+
+
+class LocalEngines(OnThisMachine):
+    """An ipyparallel controller with local engines, owned by this kernel (an ``EngineSet``)."""
+
+    cfg: config.ClusterConfig
+    cluster_id: str
+    log_dir: Path
+    owns_engines = True
+    client: ipp.Client | None
+
+    def __init__(self, cfg: config.ClusterConfig):
+        self.cfg = cfg
+        self.cluster_id = "nbdist-" + uuid.uuid4().hex[:8]
+        tie_to_this_process()
+        profile = profile_dir()
+        self.log_dir = private_dir(profile / "log" / self.cluster_id)
+        # The fork server's imports are the long pole: start them before anything else.
+        self._forks = _ForkServer(profile, self.cluster_id, self.log_dir)
+        self._ipp = ipp.Cluster(
+            n=0,
+            engines="local",
+            profile_dir=str(profile),
+            cluster_id=self.cluster_id,
+            controller_ip=cfg.ip,
+            controller_args=[
+                f"--HeartMonitor.period={cfg.heartbeat_ms}",
+                f"--HeartMonitor.max_heartmonitor_misses={cfg.heartbeat_misses}",
+            ],
+            shutdown_atexit=True,
+            log_level=40,
+        )
+        self.client: ipp.Client | None = None
+        self.engine_pids = Pids()  # each engine as first seen: signals never reach a reused pid
+
+    @property
+    def cluster_file(self) -> str:
+        """ipyparallel's record of this cluster (read by the sidebar)."""
+        return self._ipp.cluster_file
+
+    @property
+    def server_pid(self) -> int:
+        """The fork server's pid (engines are its children)."""
+        return self._forks.proc.pid
+
+    @property
+    def exits(self) -> queue.Queue[EngineExit]:
+        """Engine deaths, as they happen."""
+        return self._forks.exits
+
+    def start(self) -> ipp.Client:
+        """Start the controller and the engines; return a client once all have registered."""
+        try:
+            self._ipp.start_controller_sync()
+            self.client = self._ipp.connect_client_sync()
+            owner_only(Path(self._ipp.profile_dir) / "security")
+            self.add_engines(self.cfg.n, known=set())
+        except BaseException as exc:
+            self.stop()
+            if isinstance(exc, (KeyboardInterrupt, NbdistError)):
+                raise
+            raise NbdistError(f"the cluster did not start: {exc}") from exc
+        return self.client
+
+    def add_engines(self, n: int, known: set[int]) -> list[int]:
+        """Start ``n`` more engines; return their ids once they have registered. An engine
+        that dies first (the fork server says so at once) fails this at once, with its error."""
+        pids = [self._forks.spawn(self.cfg.start_timeout) for _ in range(n)]
+        self.engine_pids.update(pids)
+        deadline = time.monotonic() + self.cfg.start_timeout
+        while time.monotonic() < deadline:
+            new = sorted(set(self.client.ids) - known)
+            if len(new) >= n:
+                return new[:n]
+            dead = [p for p in pids if p in self._forks.ended]
+            if dead:
+                raise NbdistError(self._died_starting(dead[0]))
+            time.sleep(0.02)
+        raise NbdistError(
+            f"{n} engine(s) did not register within {self.cfg.start_timeout:.0f} s; "
+            f"their logs are in {self.log_dir}"
+        )
+
+    def _died_starting(self, pid: int) -> str:
+        """One line: the engine that died while starting, how, and the last line it logged."""
+        self.engine_pids.discard(pid)
+        how = EngineExit(pid, self._forks.ended[pid]).describe()
+        log = self.log_dir / f"engine-{pid}.log"
+        try:
+            last = log.read_text(errors="replace").strip().splitlines()[-1:]
+        except OSError:
+            last = []
+        said = f": {last[0].strip()[-300:]}" if last else " (it logged nothing)"
+        return f"an engine (pid {pid}) {how} while starting{said}; its log: {log}"
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of this cluster: controller, fork server, engines and their children."""
+        roots = [self._forks.proc.pid]
+        ctl = getattr(self._ipp.controller, "process", None)
+        if ctl is not None:
+            roots.append(ctl.pid)
+        return tree(roots) + tree(self.engine_pids)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop everything; what does not leave within ``timeout`` is killed, by PID."""
+        procs = self.processes()
+        close_quietly(self.client)
+        self.client = None
+        for p in procs:
+            if p.pid in self.engine_pids:
+                try:
+                    p.terminate()
+                except psutil.NoSuchProcess:
+                    pass
+        self._forks.close()
+        try:
+            self._ipp.stop_controller_sync()
+        except Exception:
+            pass
+        reap(procs, timeout)
+        self.engine_pids.clear()

@@ -1,0 +1,53 @@
+"""Fresh engines given their names back: the cluster's journal run again on every rank.
+
+After recovery replaces an engine, the new one has none of the names that earlier cells and
+scatters defined. ``replay`` redoes the journal (``cluster.journal``) in order: each scatter is
+sent again (re-sharded for the current world size), each cell that succeeded runs again under
+its own run key, so a training cell resumes from its own last checkpoint
+(``nbdist.restore()``), not from the start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+from ...config import CellOptions
+from ...errors import DistributedCellError, NbdistError
+from ..cluster.journal import CellEntry
+from ..cluster.ranks import Ranks
+from . import supervisor
+
+
+def replay(cluster: Ranks, run: supervisor.Attempt = supervisor.attempt) -> None:
+    """Run ``cluster``'s journal again on every rank (``run``: one attempt at a cell); an
+    NbdistError naming the entry that could not be redone."""
+    journal = cluster.journal
+    journal.replaying = True
+    try:
+        _replay(cluster, run)
+    finally:
+        journal.replaying = False
+
+
+def _replay(cluster: Ranks, run: supervisor.Attempt) -> None:
+    notes = ""  # scatters that could not be redone: said at once, and with a failure
+    for i, entry in enumerate(cluster.journal):
+        if not isinstance(entry, CellEntry):  # a scatter: re-sent, re-sharded
+            with contextlib.redirect_stdout(io.StringIO()):
+                note = entry()
+            if isinstance(note, str):
+                print(note)
+                notes += f" ({note})"
+            continue
+        opts = CellOptions(ranks=entry.ranks, quiet=True)
+        full = entry.ranks is None
+        report = run(cluster, entry.program, opts, entry.run_key, full, None)
+        if report.failures or report.interrupted:
+            err = DistributedCellError(report.failures or [], "") if report.failures else None
+            raise NbdistError(
+                f"recovery failed while replaying earlier cell #{i + 1}: "
+                f"{err or 'interrupted'}{notes}"
+            )
+        if full:
+            cluster.group_ready = not report.group_broken

@@ -1,0 +1,350 @@
+"""Run one ``%%distributed`` cell on every rank and watch it until it ends, one way or another.
+
+The cell is sent to all ranks at once (non-blocking), then watched in one loop that streams
+output, notices failures and engine deaths, and enforces the deadline. One rank's failure ends the
+cell within seconds: the failing rank leaves the process group itself (its peers' collectives fail
+at once), and ranks still busy after ``grace`` seconds are interrupted; ranks that do not stop
+within ``stop_wait`` seconds are killed and their engines replaced. The interrupt button takes
+the same road. ``attempt`` is one such try at a cell, as the run's controller and the replay of
+the journal make it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...config import CellOptions
+from ...errors import RankFailure
+from ...protocol import CellOutcome, CellRequest, Program, RankInfo, TrialInfo
+from ...worker import api
+from ..cluster import fanout
+from ..cluster.ranks import Ranks
+from ..cluster.transfer import unpack
+from .observers import RunObserver
+
+_POLL = 0.02  # seconds between looks at the ranks while output flows (what a person sees)
+_IDLE_POLL = 0.1  # ...and otherwise: telemetry is read this often, for 0.25 s dashboard updates
+_ACTIVE_FOR = 1.0  # seconds after the last news that count as "flowing"
+_OUTPUT_WAIT = 2.0  # seconds to wait for a finished rank's last output to arrive
+_SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # engines' text is text
+
+
+def _lost(kind: str, summary: str) -> CellOutcome:
+    """The outcome of a rank whose engine died, hung or had to be killed (no reply from it)."""
+    return CellOutcome(kind=kind, at=time.time(), summary=summary)
+
+
+class _NoReply:
+    """Stands for the call never sent to an engine already gone: nothing will arrive."""
+
+    def __init__(self) -> None:
+        self.metadata: dict = {}  # its own: observers read (and pop from) what a rank sent
+
+    def ready(self) -> bool:
+        return True
+
+    def get(self, timeout: float = 0) -> None:
+        raise RuntimeError("no cell was sent: the engine had gone")
+
+    def wait_for_output(self, timeout: float = 0) -> None:
+        pass
+
+
+@dataclass
+class RankRun:
+    """One rank's part of a running cell, as observers see it at each poll (a
+    ``board.collector.RankFeed``): ``ar.metadata`` holds what the engine has sent so far (output,
+    telemetry); ``outcome`` is set once known; ``shown`` and ``partial``: what was printed."""
+
+    rank: int
+    engine_id: int
+    pid: int
+    ar: object  # ipyparallel AsyncResult
+    outcome: CellOutcome | None = None
+    shown: dict = field(default_factory=lambda: {"stdout": 0, "stderr": 0, "outputs": 0})
+    partial: dict = field(default_factory=lambda: {"stdout": "", "stderr": ""})
+
+
+@dataclass
+class CellReport:
+    """How a cell ended: rank 0's value, failures, and the ranks that must be replaced."""
+
+    value: object = None
+    failures: list[RankFailure] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)  # ranks whose engine died or had to be killed
+    interrupted: bool = False
+    group_broken: bool = False
+    seconds: float = 0.0
+
+
+def attempt(
+    cluster: Ranks,
+    program: Program,
+    opts: CellOptions,
+    run_key: str,
+    full: bool,
+    observers: list[RunObserver] | None = None,
+) -> CellReport:
+    """One attempt at a cell on its ranks (``full``: every rank), watched to its end. A group
+    that is not ready is formed by the cell itself, on every rank, as it starts."""
+    groups = cluster.regroup() if full and not cluster.group_ready else {}
+    return CellRun(cluster, program, opts, groups, run_key, observers).wait()
+
+
+#: One try at a cell on its ranks, to its end: ``attempt``'s arguments, in its order (the run's
+#: controller and the journal's replay take one; tests script their own).
+Attempt = Callable[[Ranks, Program, CellOptions, str, bool, "list[RunObserver] | None"], CellReport]
+
+
+class CellRun:
+    """One cell on a set of ranks, from sending to the last output line."""
+
+    def __init__(
+        self,
+        cluster: Ranks,
+        program: Program,
+        opts: CellOptions,
+        groups: dict[int, RankInfo],
+        run_key: str = "default",
+        observers: list[RunObserver] | None = None,
+        trial: TrialInfo | None = None,
+        wake: threading.Event | None = None,
+    ):
+        self.cluster = cluster
+        self.opts = opts
+        self.observers = list(observers or ())
+        ranks = list(opts.ranks) if opts.ranks is not None else [s.rank for s in cluster.slots]
+        self.main_rank = ranks[0]
+        self.prefix = f"[trial {trial.trial}] " if trial is not None else ""
+        self.report = CellReport()
+        self._t0 = time.monotonic()
+        self._deadline = self._t0 + opts.timeout if opts.timeout else None
+        self._first_failure: float | None = None
+        self._timed_out = False
+        # set when a rank's reply arrives (a sweep shares one among its trials' cells)
+        self._wake = wake or threading.Event()
+        self._news = True
+        self._quiet_since = time.monotonic()
+        self.ranks: dict[int, RankRun] = {}
+        for r in ranks:
+            slot = cluster.slots[r]
+            request = CellRequest(
+                program=program,
+                run_key=run_key,
+                group=groups.get(r),
+                want_value=r == self.main_rank,
+                group_timeout=cluster.cfg.group_timeout,
+                trial=trial,
+            )
+            gone = self._gone(slot)
+            if gone:  # died since the last cell: a death like one during the cell
+                self.ranks[r] = RankRun(
+                    r, slot.engine_id, slot.pid, _NoReply(), _lost("died", gone)
+                )
+                continue
+            ar = fanout.submit(cluster.client, {r: slot.engine_id}, api.run_cell, request)[r]
+            ar.add_done_callback(lambda _: self._wake.set())  # from ipyparallel's IO thread
+            self.ranks[r] = RankRun(r, slot.engine_id, slot.pid, ar)
+
+    def _gone(self, slot) -> str:
+        """Why the engine of ``slot`` cannot take the cell (it exited, or the controller
+        dropped it), or "" when it can."""
+        ex = self.cluster.drain_exits().get(slot.pid)
+        if ex is not None:
+            return f"engine process {ex.describe()} (pid {ex.pid}) before the cell"
+        if slot.engine_id not in self.cluster.client.ids:
+            return f"engine {slot.engine_id} (pid {slot.pid}) was gone before the cell"
+        return ""
+
+    # -- output ---------------------------------------------------------------------------
+    def _visible(self, r: int) -> bool:
+        return not self.opts.quiet and (self.opts.all_output or r == self.main_rank)
+
+    def _stream(self, rk: RankRun, final: bool = False) -> None:
+        md = rk.ar.metadata  # filled in by the client as iopub messages arrive
+        for name, target in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            text = md.get(name, "")
+            new = text[rk.shown[name] :]
+            rk.shown[name] = len(text)
+            if new:
+                self._news = True
+            if not new and not final:
+                continue
+            buf = rk.partial[name] + new
+            lines = buf.split("\n")
+            rk.partial[name] = "" if final else lines.pop()
+            if final and lines and lines[-1] == "":
+                lines.pop()
+            if lines and self._visible(rk.rank):
+                prefix = self.prefix + (f"[rank {rk.rank}] " if self.opts.all_output else "")
+                target.write("".join(f"{prefix}{line}\n" for line in lines))
+                target.flush()
+        outputs = md.get("outputs", [])
+        for out in outputs[rk.shown["outputs"] :]:
+            if self._visible(rk.rank):
+                self._republish(out)
+        rk.shown["outputs"] = len(outputs)
+
+    @staticmethod
+    def _republish(out: dict) -> None:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        data = {k: v for k, v in out.get("data", {}).items() if k in _SAFE_MIME}
+        if ip is not None and data:
+            ip.display_pub.publish(data=data, metadata=out.get("metadata", {}))
+
+    # -- watching -------------------------------------------------------------------------
+    def _collect(self, rk: RankRun) -> None:
+        """Record the outcome of a rank whose result has arrived."""
+        try:
+            rk.outcome = rk.ar.get(0)
+        except Exception as exc:  # the engine went away under the call
+            rk.outcome = _lost("died", f"engine lost: {type(exc).__name__}: {exc}")
+
+    def _running(self) -> list[RankRun]:
+        return [rk for rk in self.ranks.values() if rk.outcome is None]
+
+    def _note_exits(self, report: CellReport) -> None:
+        exited = self.cluster.drain_exits()
+        for rk in self.ranks.values():
+            ex = exited.get(rk.pid)
+            if ex is not None and rk.outcome is None:
+                rk.outcome = _lost("died", f"engine process {ex.describe()} (pid {ex.pid})")
+
+    def _stop_running(self, report: CellReport) -> None:
+        """Interrupt the ranks still running; kill the ones that will not stop."""
+        running = self._running()
+        if not running:
+            return
+        self.cluster.engines.signal([rk.pid for rk in running])
+        deadline = time.monotonic() + self.opts.stop_wait
+        while self._running() and time.monotonic() < deadline:
+            self._poll_once(report)
+            time.sleep(_POLL)
+        for rk in self._running():
+            self._kill(
+                rk,
+                f"did not stop within {self.opts.stop_wait:.0f} s of an interrupt; "
+                "its engine was killed and replaced",
+            )
+
+    def _kill(self, rk: RankRun, why: str) -> None:
+        """A hung rank: kill its engine (recovery replaces it) and say why."""
+        self.cluster.engines.signal([rk.pid], sig=9)
+        rk.outcome = _lost("hung", why)
+
+    def _note_hangs(self) -> None:
+        """Ask the observers (the dashboard's collector) which ranks passed the progress
+        deadline; kill those, so the cell ends and recovery can replace them."""
+        for obs in self.observers:
+            for r in obs.hung_ranks(self.opts.progress_timeout):
+                rk = self.ranks.get(r)
+                if rk is None or rk.outcome is not None:
+                    continue
+                self._kill(
+                    rk,
+                    f"made no progress for {self.opts.progress_timeout:g} s "
+                    "(the progress deadline); its engine was killed",
+                )
+
+    def _poll_once(self, report: CellReport) -> None:
+        self._note_exits(report)
+        self._note_hangs()
+        for rk in self.ranks.values():
+            if rk.outcome is None and rk.ar.ready():
+                self._collect(rk)
+            self._stream(rk)
+        for obs in self.observers:
+            obs.on_poll(self.ranks)
+
+    def _pause(self, now: float) -> None:
+        """Wait for the next look: short while output flows, longer otherwise; a rank's reply
+        (done, failed) ends the wait at once, so a failure is acted on without delay."""
+        if self._news:
+            self._news, self._quiet_since = False, now
+        busy = now - self._quiet_since < _ACTIVE_FOR
+        self._wake.wait(_POLL if busy else _IDLE_POLL)
+        self._wake.clear()
+
+    def step(self) -> bool:
+        """One look at the ranks, acting on a failure (after the grace) and on the deadline;
+        True once no rank runs. ``wait`` loops on it; a sweep steps many cells in turn."""
+        if not self._running():
+            return True
+        self._poll_once(self.report)
+        now = time.monotonic()
+        if self._first_failure is None and any(
+            rk.outcome and not rk.outcome.ok for rk in self.ranks.values()
+        ):
+            self._first_failure = now
+        if self._first_failure is not None and now - self._first_failure > self.opts.grace:
+            self._stop_running(self.report)
+        elif self._deadline is not None and now > self._deadline:
+            self._timed_out = True
+            self._stop_running(self.report)
+        return not self._running()
+
+    def interrupt(self) -> None:
+        """Stop every rank still running: the interrupt button, or a sweep stopping a trial."""
+        self.report.interrupted = True
+        self._stop_running(self.report)
+
+    def finish(self) -> CellReport:
+        """Once no rank runs: the last output and reports, and how the cell went."""
+        for rk in self.ranks.values():
+            if rk.outcome is None:
+                self._collect(rk)
+            if rk.outcome.kind not in ("died", "hung"):
+                rk.ar.wait_for_output(timeout=_OUTPUT_WAIT)  # iopub may trail the reply
+            self._stream(rk, final=True)
+        for obs in self.observers:  # the last reports, which may have trailed the reply too
+            obs.on_poll(self.ranks)
+        self.report.seconds = time.monotonic() - self._t0
+        self._summarise(self.report, self._timed_out)
+        return self.report
+
+    def wait(self) -> CellReport:
+        """Watch the cell to its end and say how it went."""
+        try:
+            while not self.step():
+                self._pause(time.monotonic())
+        except KeyboardInterrupt:
+            self.interrupt()
+        return self.finish()
+
+    def _summarise(self, report: CellReport, timed_out: bool) -> None:
+        for rk in self.ranks.values():
+            out = rk.outcome
+            if out.kind not in ("died", "hung"):  # what the rank answered of itself
+                self.cluster.roles.pop(rk.rank, None)
+                if out.pipeline is not None:
+                    self.cluster.roles[rk.rank] = out.pipeline
+            if not out.group_formed and len(self.ranks) == len(self.cluster.slots):
+                report.group_broken = True
+            if out.ok:
+                if rk.rank == self.main_rank:
+                    report.value = unpack(out.value)
+                continue
+            if timed_out and out.kind in ("interrupted", "hung"):
+                # the cell's own deadline, not a lost worker: --restarts does not retry it (an
+                # engine that would not stop was killed all the same, and is replaced after)
+                if out.kind == "hung":
+                    report.lost.append(rk.rank)
+                out = dataclasses.replace(
+                    out,
+                    kind="timeout",
+                    summary=f"stopped: the cell ran past --timeout {self.opts.timeout:g} s",
+                )
+            if out.kind in ("died", "hung"):
+                report.lost.append(rk.rank)
+            report.failures.append(
+                RankFailure(rk.rank, out.summary, out.traceback, out.at, out.kind)
+            )
+        if report.failures:
+            report.group_broken = True

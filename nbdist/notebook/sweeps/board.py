@@ -1,0 +1,348 @@
+"""The live board of a hyperparameter sweep: the kernel's half (issue 17).
+
+The sweep's loop drives it: ``set_trial`` for a row of the trials table, ``add_points`` for new
+points of a trial's loss (and samples/s) curve, ``update`` often (it sends at most about four
+times a second unless forced) and ``finish`` once. The browser draws it
+(``board.widget.SweepWidget``, an anywidget whose ES module is ``board/static/sweep.js``): one
+curve per trial, coloured by trial, and the table.
+
+As the run dashboard does (``board.dashboard.Dashboard``), the kernel sends only what changed, as
+one custom message per update (points appended to each trial's curves, the rows that changed),
+and keeps ``history``, a decimated copy of everything, refreshed every few seconds and at the
+end, where a view that appears later starts. Curves are ``board.curves.Curve`` (bounded, min/max
+buckets), so a trial of a million steps costs what one of a thousand does. When the sweep ends
+the output keeps the widget and gains one static PNG of the board, for renderers without widgets.
+
+Everything sent is plain data: numbers finite or None (a NaN loss travels as the text "nan"),
+text from engines and users sent as text; the browser sets it with ``textContent``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from ..board.curves import Curve, Outbox, decimated
+
+STATES = ("queued", "running", "done", "failed", "stopped")
+_SEND_EVERY = 0.25  # seconds between updates that are not forced
+_HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
+_HISTORY_POINTS = 4000  # points per history and chart, shared among the trials' curves
+_CURVE_POINTS = 2000  # points kept per trial and curve
+_STATE_COLOURS = {
+    "queued": "#757575",
+    "running": "#1565c0",
+    "done": "#2e7d32",
+    "failed": "#c62828",
+    "stopped": "#ef6c00",
+}
+
+
+def _finite(x: Any) -> float | None:
+    """``x`` as a finite float, or None."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _loss(x: Any) -> float | str | None:
+    """A latest loss as JSON carries it: a finite number, "nan"/"inf"/"-inf" as text, or None."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else str(f)
+
+
+class SweepBoard:
+    """The state of one sweep's board, and what of it the browser has not seen yet."""
+
+    def __init__(self, title: str) -> None:
+        self.title = str(title)
+        self.status = "running"
+        self.widget: Any = None
+        self.seq = 0
+        self.sent_bytes = 0  # what the kernel sent the browser (tests read it)
+        self.rows: list[dict] = []  # the table as data, by trial id
+        self._handle: Any = None
+        self.clock = time.monotonic  # seconds; tests replace it
+        self._started = self.clock()
+        self._ended: float | None = None  # when finish() was called: the elapsed time stops
+        self._rows: dict[int, dict] = {}
+        self._rows_sent: dict[int, dict] = {}
+        self._curves: dict[str, dict[int, Curve]] = {"loss": {}, "rate": {}}
+        self._out: dict[str, dict[int, Outbox]] = {"loss": {}, "rate": {}}
+        self._last_send = -math.inf
+        self._last_history = -math.inf
+
+    # -- feeding ------------------------------------------------------------------------------
+    def set_trial(
+        self,
+        trial: int,
+        *,
+        label: str,
+        state: str,
+        ranks: str = "",
+        step: int | None = None,
+        loss: float | None = None,
+        best: float | None = None,
+        samples_per_s: float | None = None,
+        note: str = "",
+    ) -> None:
+        """Set one row of the trials table (replacing the trial's previous row)."""
+        if state not in STATES:
+            raise ValueError(f"a trial's state is one of {', '.join(STATES)}, not {state!r}")
+        row = {
+            "trial": int(trial),
+            "label": str(label),
+            "state": state,
+            "ranks": str(ranks),
+            "step": None if step is None else int(step),
+            "loss": _loss(loss),
+            "best": _finite(best),
+            "samples_per_s": _finite(samples_per_s),
+            "note": str(note),
+        }
+        if self._rows.get(row["trial"]) != row:  # the runner sets every row at every update
+            self._rows[row["trial"]] = row
+            self.rows = [self._rows[t] for t in sorted(self._rows)]
+
+    def add_points(
+        self,
+        trial: int,
+        steps: list[int],
+        losses: list[float],
+        rates: list[float | None] | None = None,
+    ) -> None:
+        """New points of ``trial``'s loss curve (non-finite losses are left out) and of its
+        samples/s curve (``rates``, at the same steps; None where there is no figure). The lists
+        are of one length, their steps increasing."""
+        trial = int(trial)
+        for key, ys in (("loss", losses), ("rate", rates)):
+            if ys is None:
+                continue
+            curve = self._curves[key].setdefault(trial, Curve(_CURVE_POINTS))
+            box = self._out[key].setdefault(trial, Outbox())
+            for x, y in zip(steps, ys, strict=True):
+                y = _finite(y)
+                if y is not None:
+                    curve.add(x, y)
+                    box.add(x, y)
+
+    def best_trial(self) -> int | None:
+        """The trial with the lowest best loss (the lower id on a tie), or None."""
+        scored = [(r["best"], t) for t, r in self._rows.items() if r["best"] is not None]
+        return min(scored)[1] if scored else None
+
+    def curve(self, key: str, trial: int) -> tuple[list[float], list[float]]:
+        """The kept points of ``trial``'s ``"loss"`` or ``"rate"`` curve."""
+        c = self._curves[key].get(trial)
+        return (c.x, c.y) if c is not None else ([], [])
+
+    # -- display ------------------------------------------------------------------------------
+    def show(self) -> None:
+        """Put the widget under the running cell."""
+        from IPython.display import display
+
+        from ..board.widget import SweepWidget
+
+        self.widget = SweepWidget()
+        self.widget.head = self._head()
+        self._refresh_history()
+        self._handle = display(self._bundle(), raw=True, display_id=True)
+
+    def _bundle(self, png: bytes | None = None) -> dict:
+        from ..board.widget import bundle
+
+        return bundle(self.widget, f"nbdist sweep: {self.title}", png)
+
+    # -- updating -----------------------------------------------------------------------------
+    def update(self, force: bool = False) -> None:
+        """Send the browser what changed (nothing, if nothing did); at most about four times a
+        second unless ``force``."""
+        now = self.clock()
+        if not force and now - self._last_send < _SEND_EVERY:
+            return
+        self._last_send = now
+        if self.widget is None:
+            return
+        head = self._head()
+        if head != self.widget.head:
+            self.widget.head = head
+        if (force and self.status != "running") or now - self._last_history >= _HISTORY_EVERY:
+            self._refresh_history()
+            return
+        delta = self._delta()
+        if delta:
+            self.seq += 1
+            delta.update(kind="delta", seq=self.seq)
+            self.widget.send(delta)
+            self.sent_bytes += _size(delta)
+
+    def _head(self) -> dict:
+        counts = {s: 0 for s in STATES}
+        for row in self._rows.values():
+            counts[row["state"]] += 1
+        return {
+            "title": self.title,
+            "status": self.status,
+            "counts": counts,
+            "trials": len(self._rows),
+            "best": self.best_trial(),
+            # whole seconds: sent once a second
+            "elapsed": round((self._ended or self.clock()) - self._started),
+        }
+
+    def _delta(self) -> dict:
+        out: dict[str, Any] = {}
+        for key, boxes in self._out.items():
+            pts = {str(t): list(p) for t, box in boxes.items() if (p := box.take())}
+            if pts:
+                out[key] = pts
+        rows = [row for t, row in self._rows.items() if self._rows_sent.get(t) != row]
+        if rows:
+            out["rows"] = rows
+            self._rows_sent.update({row["trial"]: row for row in rows})
+        return out
+
+    def _refresh_history(self) -> None:
+        """Everything so far, decimated: where a view that appears now starts."""
+        self._last_history = self.clock()
+        for boxes in self._out.values():
+            for box in boxes.values():
+                box.take()  # in the history now
+        self._rows_sent = dict(self._rows)
+        self.seq += 1
+        history: dict[str, Any] = {"kind": "history", "seq": self.seq, "rows": self.rows}
+        for key, curves in self._curves.items():
+            per_trial = max(50, _HISTORY_POINTS // max(1, len(curves)))
+            history[key] = {str(t): decimated(c, per_trial) for t, c in sorted(curves.items())}
+        self.widget.history = history
+        self.sent_bytes += _size(history)
+
+    # -- the end ------------------------------------------------------------------------------
+    def finish(self, status: str) -> None:
+        """The last update (``status``: ok, interrupted or failed); the output keeps the live
+        widget and gains a static picture of the board."""
+        self.status = str(status)
+        self._ended = self.clock()
+        self.update(force=True)
+        png = self.picture()
+        if self._handle is not None:
+            self._handle.update(self._bundle(png), raw=True)
+
+    def picture(self) -> bytes:
+        """The board as one PNG (matplotlib, off-screen). Text is drawn as text: no TeX."""
+        from matplotlib.figure import Figure
+
+        from ..board.charts import figure_png
+
+        shown = self.rows[:16]
+        more = len(self.rows) - len(shown)
+        table_in = 0.22 * (len(shown) + 1) if shown else 0.0
+        height = 3.8 + table_in + 0.25 * bool(more) + 0.15  # inches, top to bottom
+
+        def y(inches: float) -> float:  # inches from the top, as a figure fraction
+            return 1 - inches / height
+
+        fig = Figure(figsize=(10, height), dpi=80)
+        title = f"{self.title} · {self.status}"
+        fig.text(0.01, y(0.3), title, weight="bold", fontsize=11, parse_math=False)
+        summary = _summary(self._head(), self._rows)
+        fig.text(0.01, y(0.55), summary, fontsize=9, parse_math=False)
+        chart = (y(3.25), 2.4 / height)  # bottom, height: room below for ticks and labels
+        loss_ax = fig.add_axes((0.07, chart[0], 0.5, chart[1]))
+        rate_ax = fig.add_axes((0.65, chart[0], 0.33, chart[1]))
+        self._plot(loss_ax, "loss", "loss")
+        self._plot(rate_ax, "rate", "samples/s")
+        rate_ax.set_ylim(bottom=0)
+        if loss_ax.lines and len(self._rows) <= 12:
+            legend = loss_ax.legend(fontsize=7, loc="upper right")
+            for text in legend.get_texts():
+                text.set_parse_math(False)
+        if shown:
+            box = (0.01, y(3.8 + table_in), 0.98, table_in / height)
+            _table(fig, shown, self.best_trial(), box)
+        if more:
+            fig.text(0.01, y(3.8 + table_in + 0.2), f"... and {more} more trials", fontsize=8)
+        return figure_png(fig)
+
+    def _plot(self, ax: Any, key: str, ylabel: str) -> None:
+        for t, curve in sorted(self._curves[key].items()):
+            row = self._rows.get(t, {})
+            state = row.get("state")
+            ax.plot(
+                curve.x,
+                curve.y,
+                color=f"C{t % 10}",  # matplotlib's tab10: the browser's palette
+                lw=1.1,
+                ls={"stopped": "--", "failed": ":"}.get(state, "-"),  # as the browser's
+                alpha=0.4 if state == "failed" else 0.85,
+                label=f"#{t} {row.get('label', '')}"[:40],
+            )
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+
+
+_COLUMNS = (
+    ("trial", "trial"),
+    ("label", "values"),
+    ("state", "state"),
+    ("ranks", "ranks"),
+    ("step", "step"),
+    ("loss", "loss"),
+    ("best", "best"),
+    ("samples_per_s", "samples/s"),
+    ("note", "note"),
+)
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return format(value, ".0f" if key == "samples_per_s" else ".4g")
+    return str(value)[: 60 if key == "note" else 32]
+
+
+def _table(fig: Any, rows: list[dict], best: int | None, box: tuple) -> None:
+    from ..board.charts import state_table
+
+    ax = fig.add_axes(box)
+    ax.axis("off")
+    text = [[_cell(k, r[k]) for k, _ in _COLUMNS] for r in rows]
+    for line, r in zip(text, rows, strict=True):
+        line[0] = f"#{r['trial']}" + (" ★" if r["trial"] == best else "")
+    table = state_table(
+        ax,
+        text,
+        [label for _, label in _COLUMNS],
+        [_STATE_COLOURS[r["state"]] for r in rows],
+        [0.05, 0.2, 0.07, 0.06, 0.06, 0.07, 0.07, 0.08, 0.34],
+    )
+    for i, r in enumerate(rows, start=1):
+        if r["trial"] == best:
+            for j in range(len(_COLUMNS)):
+                table[i, j].get_text().set_weight("bold")
+
+
+def _summary(head: dict, rows: dict[int, dict]) -> str:
+    parts = [f"{n} {s}" for s, n in head["counts"].items() if n]
+    best = head["best"]
+    if best is not None:
+        parts.append(f"best #{best} {rows[best]['label']}: {rows[best]['best']:.4g}")
+    parts.append(f"{head['elapsed']} s")
+    return " · ".join(parts)
+
+
+def _size(msg: dict) -> int:
+    return len(json.dumps(msg, separators=(",", ":")))

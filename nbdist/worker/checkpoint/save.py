@@ -1,0 +1,292 @@
+"""Checkpoints: ``nbdist.checkpoint(step, every=K, **state)`` and ``nbdist.restore(**state)``.
+
+The lower level beneath ``nbdist.steps`` (``steps``), which calls both for you. Their
+convention: ``step`` is the index of the step just finished (0 for the first step), and
+``restore`` returns the index of the first step not yet done, which is also the number of
+steps completed: after ``checkpoint(9, ...)``, ``restore`` returns 10. Call ``checkpoint`` after
+the step's work, with that step's index.
+
+Where they live: rank 0 writes them, on rank 0's host, into a folder of this run's own under
+``dir`` (default: the engine's ``$NBDIST_DATA_DIR/checkpoints``). The run is the cell's run,
+kept across nbdist's automatic restarts and replays; name it (``run="exp1"``) to resume it
+from another cell or another kernel. ``restore`` reads on rank 0 only and broadcasts the state
+over the process group, so engines on other hosts need no access to the files. Point ``dir`` at
+a shared file system if rank 0's host itself may be lost. How files are written, verified and
+loaded (without running code): ``files``.
+
+What is saved: for each keyword, ``obj.state_dict()`` when it has one (models, optimizers, LR
+schedulers), else the object itself, which must be tensors and plain values (dicts, lists,
+numbers, strings): anything else is refused when saved, in one line naming the fix. Plus every
+rank's random-number state (torch, numpy, random, and any ``torch.Generator`` passed in),
+restored to the rank it came from, so a resumed run draws the numbers an uninterrupted run would
+have drawn. Models and optimizers whose state differs between ranks (``sync="local_sgd"`` or
+``"diloco"``: ``sync.is_rank_local``) are saved from every rank too, and each rank restores its
+own (rank 0's when the world size changed), so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+from ...errors import UsageError
+from .. import context, reporter
+from ..state import engine
+from . import files
+
+Folder = str | os.PathLike | None
+
+
+def set_run(key: str) -> None:
+    """Name the current run (the folder its checkpoints go to, unless ``run=`` names one)."""
+    engine.run_key = key
+
+
+def _folder(dir: Folder, run: str | None) -> Path:
+    return files.run_folder(dir, engine.run_key if run is None else run)
+
+
+def _rng_state() -> dict:
+    """This process's random states, as tensors and plain values (a weights-only load takes)."""
+    import torch
+
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "random": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy
+
+        alg, keys, pos, has_gauss, gauss = numpy.random.get_state()
+        state["numpy"] = (str(alg), keys.tolist(), int(pos), int(has_gauss), float(gauss))
+    except ImportError:
+        pass
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["random"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        import numpy
+
+        numpy.random.set_state(state["numpy"])
+
+
+def _unwrap(obj: Any) -> Any:
+    return getattr(obj, "module", obj) if type(obj).__name__ == "DistributedDataParallel" else obj
+
+
+def _saved_form(state: dict) -> dict:
+    """What each keyword is saved as (its state_dict, or itself), checked to load safely."""
+    out = {}
+    for k, v in state.items():
+        target = _unwrap(v)
+        out[k] = target.state_dict() if hasattr(target, "state_dict") else v
+        files.check_safe(k, out[k])
+    return out
+
+
+def _split(state: dict) -> tuple[dict, dict]:
+    """``state`` as (generators, everything else): generators are saved per rank."""
+    import torch
+
+    gens = {k: v for k, v in state.items() if isinstance(v, torch.Generator)}
+    return gens, {k: v for k, v in state.items() if k not in gens}
+
+
+def _gather(mine: dict) -> list:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [mine]
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
+def _own_states(state: dict) -> list | None:
+    """Each rank's own saved form of the objects in ``state`` that differ between ranks, on
+    rank 0 (None elsewhere, and when there are none); tensors travel on the CPU."""
+    import torch.distributed as dist
+
+    from ..pipeline import stages as pipeline
+    from ..train import sync
+
+    local = {k: v for k, v in state.items() if sync.is_rank_local(v) or pipeline.holds_stage(v)}
+    if not local:  # the same answer on every rank: they prepared the same way
+        return None
+    mine = _on_cpu(_saved_form(local))
+    if dist.get_world_size() == 1:
+        return [mine]
+    everyone: list | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(mine, everyone, dst=0)
+    return everyone
+
+
+def _on_cpu(value: Any) -> Any:
+    """``value`` with its tensors (also inside dicts, lists and tuples) copied to the CPU."""
+    if hasattr(value, "detach"):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return type(value)((k, _on_cpu(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
+
+
+def _check_args(where: str, keep: int, state: dict) -> None:
+    if not state:
+        raise UsageError(f"nbdist.{where}: name what to save, e.g. model=model, opt=opt")
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+        raise UsageError(f"nbdist.{where}: keep must be a whole number >= 1, not {keep!r}")
+
+
+def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> None:
+    """Save ``state`` as the checkpoint of step ``step`` now (every rank calls it; rank 0
+    writes). ``checkpoint`` and ``steps`` decide when."""
+    import torch
+
+    gens, rest = _split(state)
+    stage = engine.pipeline.stage if engine.pipeline is not None else None
+    rngs = _gather(
+        {
+            "rng": _rng_state(),
+            "generators": {k: g.get_state() for k, g in gens.items()},
+            "stage": stage,
+        }
+    )
+    own = _own_states(rest)
+    if context.current().rank != 0:
+        return
+    payload = {
+        "format": files.FORMAT,
+        "step": step,
+        "world_size": len(rngs),
+        "rng": rngs,
+        "state": _saved_form(rest),
+    }
+    if own is not None:
+        payload["ranks"] = own
+    folder = files.prepare(_folder(dir, run))
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    files.write(folder, step, buf.getvalue())
+    reporter.event("checkpoint", f"checkpoint of step {step} written", step=step)
+    files.prune(folder, keep)
+
+
+def checkpoint(
+    step: int,
+    every: int = 1,
+    *,
+    dir: Folder = None,
+    run: str | None = None,
+    keep: int = 3,
+    **state,
+) -> bool:
+    """Save ``state`` as the checkpoint of ``step`` when ``step % every == 0``; True when saved.
+
+    ``step`` is the index of the step just finished (the first is 0): call this after the
+    step's work. ``restore`` then returns ``step + 1``, the step to continue from. Call it on
+    every rank, at the same steps (it gathers each rank's random state); only rank 0 writes. The
+    last ``keep`` checkpoints (at least 2) are kept. ``nbdist.steps`` does all this for a loop.
+    """
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise UsageError(f"nbdist.checkpoint: step must be a whole number >= 0, not {step!r}")
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        raise UsageError(f"nbdist.checkpoint: every must be a whole number >= 1, not {every!r}")
+    _check_args("checkpoint", keep, state)
+    if step % every:
+        return False
+    save(step, dir=dir, run=run, keep=keep, state=state)
+    return True
+
+
+def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
+    """Load the latest good checkpoint of this run into ``state``'s objects; return the index
+    of the step to continue from (the checkpoint's ``step + 1``), or 0 on a fresh run.
+
+    Call it on every rank: rank 0 reads the file and broadcasts it. Objects with
+    ``load_state_dict`` are loaded in place, dicts are refilled in place, and other values
+    (numbers, lists) come back from ``nbdist.restored()``. ``state`` is checked here as
+    ``checkpoint`` will save it, so what a checkpoint cannot hold is refused before training.
+    """
+    import torch.distributed as dist
+
+    info = context.current()
+    gens, rest = _split(state)
+    _saved_form(rest)  # refuse now what the first checkpoint would refuse
+    payload = None
+    skipped: list[str] = []
+    if info.rank == 0:  # the folder must take the checkpoints to come: say so before training
+        payload, skipped = files.load_latest(files.prepare(_folder(dir, run)))
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        box = [payload]
+        dist.broadcast_object_list(box, src=0)
+        payload = box[0]
+    for note in skipped:
+        print(f"nbdist.restore: skipped checkpoint {note}")
+    if payload is None:
+        engine.restored = {}
+        return 0
+    saved = payload["state"]
+    rngs = payload["rng"]
+    mine = rngs[info.rank] if len(rngs) == info.world_size else None
+    missing = sorted(set(rest) - set(saved))
+    missing += sorted(set(gens) - set(mine["generators"] if mine else ()))
+    if missing:
+        raise UsageError(
+            f"nbdist.restore: the checkpoint has no {missing}; it holds {sorted(saved)}"
+        )
+    own = _own_saved(payload.get("ranks"), rngs, info.rank, info.world_size)
+    for k, obj in rest.items():
+        target = _unwrap(obj)
+        if hasattr(target, "load_state_dict"):
+            target.load_state_dict(own.get(k, saved[k]))
+        elif isinstance(target, dict):  # plain dicts are refilled in place
+            target.clear()
+            target.update(saved[k])
+    engine.restored = {
+        k: v for k, v in saved.items() if not hasattr(_unwrap(rest.get(k)), "load_state_dict")
+    }
+    if mine is not None:  # same world size: every rank gets its own random state back
+        _set_rng_state(mine["rng"])
+        for k, g in gens.items():
+            g.set_state(mine["generators"][k])
+    if info.rank == 0:  # the dashboard and the run store show where the run picked up
+        reporter.event(
+            "resumed",
+            f"resumed from the checkpoint of step {payload['step']}",
+            step=payload["step"] + 1,
+        )
+    return payload["step"] + 1
+
+
+def _own_saved(own: list | None, rngs: list, rank: int, world_size: int) -> dict:
+    """What this rank saved itself, of the objects that differ between ranks. With another world
+    size: a pipeline stage's from a rank that held the same stage, and rank 0's otherwise."""
+    if not own:
+        return {}
+    if len(own) == world_size:
+        return own[rank]
+    if engine.pipeline is None:
+        return {}
+    stages = [r.get("stage") for r in rngs]
+    if engine.pipeline.stage not in stages:
+        raise UsageError(
+            f"nbdist.restore: the checkpoint holds stages {sorted(set(stages) - {None})}, not "
+            f"stage {engine.pipeline.stage}: split the model as the checkpointed run did"
+        )
+    return own[stages.index(engine.pipeline.stage)]
+
+
+def restored() -> dict:
+    """Saved objects without ``load_state_dict`` (plain values), from the last ``restore``."""
+    return dict(engine.restored)
