@@ -25,8 +25,11 @@ install: install-system install-python
 install-system:
 	bash scripts/install-system-deps.sh
 
+# The build hook skips the front end when extension/src is unchanged: the boards (a second or
+# less to build) are built again here, so an edit to board/static/ is never left unbuilt.
 install-python:
 	$(PYTHON) -m pip install -q -c constraints.txt -e ".[test]"
+	cd $(EXT) && $(JLPM) build:boards
 
 demo: install-python
 	$(PYTHON) scripts/run_notebook.py notebooks/quickstart.ipynb

@@ -39,8 +39,12 @@ export interface ICluster {
 /** A run's status in the store (`telemetry.events.RUN_STATUSES`). */
 export type RunStatus = 'running' | 'ok' | 'failed' | 'interrupted' | 'stopped' | 'lost';
 
-/** A rank's state as the kernel judges it (`telemetry.events.STATES`). */
-export type WorkerState = 'ok' | 'slow' | 'silent' | 'dead';
+/**
+ * A rank's state as the kernel judges it (`telemetry.events.STATES`): while its cell runs (ok,
+ * slow, silent), then how it ended (dead: its engine is gone; done; failed: its own code raised;
+ * stopped: by a peer's failure, an interrupt or a timeout).
+ */
+export type WorkerState = 'ok' | 'slow' | 'silent' | 'dead' | 'done' | 'failed' | 'stopped';
 
 /** A run, as the run store lists it (`telemetry.events.RUN_FIELDS`). */
 export interface IRun {
@@ -59,6 +63,8 @@ export interface IRun {
   nonfinite: string | null;
   samples_per_s: number | null;
   options: Record<string, unknown>;
+  /** The failing rank and its error, one line ("rank 1: KeyError: 'b'"); "" if none. */
+  error: string;
 }
 
 /** One rank's failure, as a finished run keeps it. */

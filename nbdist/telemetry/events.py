@@ -23,9 +23,13 @@ VERSION = 1
 #: Prefix of the data-publication keys nbdist owns.
 KEY_PREFIX = "nbdist:"
 
-#: A rank's state as the notebook classifies it.
+#: A rank's state as the notebook classifies it: while its cell runs (``LIVE_STATES``), and once
+#: it has ended (done; failed: its own code raised; stopped: by a peer's failure, an interrupt or
+#: a timeout; dead: its engine is gone).
 OK, SLOW, SILENT, DEAD = "ok", "slow", "silent", "dead"
-STATES = (OK, SLOW, SILENT, DEAD)
+DONE, FAILED, STOPPED = "done", "failed", "stopped"
+LIVE_STATES = (OK, SLOW, SILENT)
+STATES = (OK, SLOW, SILENT, DEAD, DONE, FAILED, STOPPED)
 
 #: Run statuses in the store. ``lost``: the kernel writing it stopped without closing it.
 RUN_STATUSES = ("running", "ok", "failed", "interrupted", "stopped", "lost")
@@ -186,3 +190,6 @@ RUN_FIELDS = (
     "options",
 )
 RUN_DETAIL_FIELDS = ("source", "failures", "kernel_pid")
+#: What the store's readers add to each run from its columns: ``error``, the failing rank and its
+#: error in one line ("rank 1: KeyError: 'b'"), or "" for a run that did not fail.
+RUN_DERIVED = ("error",)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config, datadir
+from ..errors import RankFailure
 from . import tables
 from .events import (
     EVENT_COLUMNS,
@@ -249,13 +250,13 @@ class RunStore:
         rows = self._read("SELECT * FROM runs WHERE id = ?", (int(run_id),))
         return _run(rows[0], full=True) if rows else None
 
-    def metrics(self, run_id: int, since_id: int = 0) -> list[dict]:
+    def metrics(self, run_id: int, since_id: int = 0, limit: int | None = None) -> list[dict]:
         """A run's metric rows after ``since_id`` (for polling), oldest first: ``id``,
-        ``METRIC_COLUMNS`` and ``nonfinite``."""
+        ``METRIC_COLUMNS`` and ``nonfinite``; at most ``limit`` of them (a page), if given."""
         rows = self._read(
             f"SELECT id, {', '.join(METRIC_COLUMNS)}, nonfinite FROM metrics"
-            " WHERE run_id = ? AND id > ? ORDER BY id",
-            (int(run_id), int(since_id)),
+            " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (int(run_id), int(since_id), -1 if limit is None else int(limit)),
         )
         return _with_json(rows, "extra")
 
@@ -267,11 +268,14 @@ class RunStore:
         )
         return [dict(r) for r in rows]
 
-    def health_history(self, run_id: int, since_id: int = 0) -> list[dict]:
-        """Every health sample recorded for a run, oldest first."""
+    def health_history(
+        self, run_id: int, since_id: int = 0, limit: int | None = None
+    ) -> list[dict]:
+        """The health samples recorded for a run after ``since_id``, oldest first; at most
+        ``limit`` of them (a page), if given."""
         rows = self._read(
-            "SELECT * FROM health_samples WHERE run_id = ? AND id > ? ORDER BY id",
-            (int(run_id), int(since_id)),
+            "SELECT * FROM health_samples WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (int(run_id), int(since_id), -1 if limit is None else int(limit)),
         )
         return [{k: r[k] for k in r.keys() if k != "run_id"} for r in rows]
 
@@ -318,12 +322,28 @@ class _tx:
 
 
 def _run(r: sqlite3.Row, full: bool = False) -> dict:
-    """A runs row as ``RUN_FIELDS`` (and ``RUN_DETAIL_FIELDS`` when ``full``), JSON decoded."""
+    """A runs row as ``RUN_FIELDS`` and ``RUN_DERIVED`` (``error``), and
+    ``RUN_DETAIL_FIELDS`` when ``full``; JSON decoded."""
     out = {f: r[f] for f in RUN_FIELDS}
     if out["status"] == "running" and time.time() - r["updated"] > LOST_AFTER:
         out["status"] = "lost"
     out["options"] = json.loads(r["options"] or "{}")
+    failures = json.loads(r["failures"] or "[]")
+    out["error"] = _error_line(failures)
     if full:
         out.update({f: r[f] for f in RUN_DETAIL_FIELDS})
-        out["failures"] = json.loads(r["failures"] or "[]")
+        out["failures"] = failures
     return out
+
+
+def _error_line(failures: list[dict]) -> str:
+    """The failure that caused the others (or the first), as "rank 1: KeyError: 'b'"."""
+    try:
+        found = [RankFailure(f["rank"], str(f["summary"]), kind=str(f["kind"])) for f in failures]
+    except (KeyError, TypeError):
+        return ""
+    cause = next((f for f in found if not f.bystander), found[0] if found else None)
+    if cause is None:
+        return ""
+    first = (cause.summary.splitlines() or [""])[0]
+    return f"rank {cause.rank}: {first[:300]}"

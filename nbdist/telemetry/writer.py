@@ -84,9 +84,15 @@ class StoreWriter:
         """Queue ``RunStore.update_run(run_id, **fields)``."""
         self._call(lambda store: store.update_run(run_id, **fields))
 
-    def end_run(self, run_id: int, status: str, failures: list[dict] | None = None) -> None:
-        """Queue the run's end: its status and failures."""
-        self._call(lambda store: store.end_run(run_id, status, failures))
+    def end_run(
+        self,
+        run_id: int,
+        status: str,
+        failures: list[dict] | None = None,
+        ended: float | None = None,
+    ) -> None:
+        """Queue the run's end: its status, failures and time (default: when written)."""
+        self._call(lambda store: store.end_run(run_id, status, failures, ended))
 
     def delete_run(self, run_id: int) -> None:
         """Queue forgetting the run (one that never reached the engines)."""

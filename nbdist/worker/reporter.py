@@ -68,6 +68,9 @@ class _Reporter:
         self.reports = 0
         self.comm_time: float | None = None
         self.health_due = 0.0
+        # DDP's timed iteration of each model when the cell began: its comm share is shown
+        # once the model has stepped in this cell (a new run's table starts empty)
+        self.ddp_at_start: dict[int, int] = {}
 
     # -- cell boundaries (main thread) ----------------------------------------------------------
     def begin_cell(self) -> None:
@@ -90,6 +93,7 @@ class _Reporter:
         if self.pid != os.getpid():  # this module may be imported before the engine was forked
             self.pid, self.proc = os.getpid(), None
         self._reset()
+        self.ddp_at_start = _ddp_iterations()
         state.engine.pipeline_idle = None  # a pipeline is shown once it steps in this cell
         self.queue.clear()
         self.parent = parent or None
@@ -186,7 +190,7 @@ class _Reporter:
     def _comm_share(self) -> float | None:
         if self.comm_time is not None and self.step_time:
             return max(0.0, min(1.0, self.comm_time / self.step_time))
-        return _ddp_comm_share()
+        return _ddp_comm_share(self.ddp_at_start)
 
 
 _reporter = _Reporter()
@@ -227,20 +231,35 @@ def _record(raw: tuple) -> MetricRecord:
 _ddp_models: weakref.WeakSet = weakref.WeakSet()
 
 
-def _ddp_comm_share() -> float | None:
-    """Share of DDP's step spent in backward communication that did not overlap compute."""
+def _ddp_logs() -> list[tuple[int, dict]]:
+    """(id, DDP's logging data) of each DDP model the cells' namespace holds or held."""
     torch = sys.modules.get("torch")
     if torch is None:
-        return None
+        return []
     ddp = torch.nn.parallel.DistributedDataParallel
     for v in list(state.namespace().values()):
         if isinstance(v, ddp):
             _ddp_models.add(v)
+    out = []
     for m in list(_ddp_models):
         try:
-            d = m._get_ddp_logging_data()  # torch's own timers; no public API has them
+            out.append((id(m), m._get_ddp_logging_data()))  # torch's timers: no public API
         except Exception:
             continue
+    return out
+
+
+def _ddp_iterations() -> dict[int, int]:
+    """The latest timed iteration of each DDP model, by id."""
+    return {key: int(d.get("iteration", -1)) for key, d in _ddp_logs()}
+
+
+def _ddp_comm_share(at_start: dict[int, int]) -> float | None:
+    """Share of DDP's step spent in backward communication that did not overlap compute, for
+    a model that has stepped since the cell began (``at_start``: its iteration then)."""
+    for key, d in _ddp_logs():
+        if int(d.get("iteration", -1)) <= at_start.get(key, -1):
+            continue  # its timers are from an earlier cell
         comm = d.get("avg_backward_comm_time", 0)
         comm -= d.get("avg_backward_compute_comm_overlap_time", 0)
         compute = d.get("avg_forward_compute_time", 0) + d.get("avg_backward_compute_time", 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import base64
 import queue
+import re
 import time
 
 import pytest
@@ -80,7 +81,10 @@ def test_training_cell_shows_a_live_dashboard_and_keeps_the_run(ready):
     assert all(d["kind"] == "delta" for _, d in deltas)
     seqs = [d["seq"] for _, d in deltas]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
-    sent_points = sum(len(d.get("loss", {}).get("1", [[]])[0]) for _, d in deltas)
+    sent_points = sum(
+        len(d.get("metrics", {}).get("loss", {}).get("ranks", {}).get("1", [[]])[0])
+        for _, d in deltas
+    )
     assert 10 <= sent_points <= 40  # rank 1's 40 points, each sent once (the rest: history)
     # the final output keeps the widget and adds a picture of it
     final = [m for m in msgs if m["msg_type"] == "update_display_data"]
@@ -92,14 +96,19 @@ def test_training_cell_shows_a_live_dashboard_and_keeps_the_run(ready):
     state = _value(
         k,
         "(lambda d: (d.widget.head, "
-        "[(r['rank'], r['step'], r['loss'], r['state']) for r in d.rows]))"
+        "[(r['rank'], r['steps'], r['loss'], r['state']) for r in d.rows]))"
         "(_runs.last().dashboard)",
     )
     head, rows = state
-    assert (head["step"], head["total"], head["status"]) == (40, 40, "ok")
-    assert rows == [(0, 39, pytest.approx(1 / 40), "ok"), (1, 39, pytest.approx(2 / 40), "ok")]
+    assert (head["steps"], head["total"], head["status"]) == (40, 40, "ok")
+    # the head and the table count steps alike; a finished rank is done, not "ok"
+    assert rows == [(0, 40, pytest.approx(1 / 40), "done"), (1, 40, pytest.approx(2 / 40), "done")]
+    # rank 0's output is printed under the cell, rank 1's is not: the board shows rank 1's
+    # last lines only, so each line is shown once
+    printed = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+    assert printed.count("step 30 <b>bold?</b>") == 1
     logs = _value(k, "_runs.last().dashboard.widget.history['logs']")
-    assert "step 30 <b>bold?</b>" in logs["0"]  # text, as printed: the browser sets textContent
+    assert list(logs) == ["1"] and "step 30 <b>bold?</b>" in logs["1"]  # text, as printed
 
     listing = _value(
         k,
@@ -119,6 +128,46 @@ def test_training_cell_shows_a_live_dashboard_and_keeps_the_run(ready):
     # the benchmark measures it properly (`python -m benchmarks --only report`); this only
     # catches a stuck pipeline (the module's first cell, on a cold machine, saw 1.05 s once)
     assert p95 < 3.0
+
+
+FAILING = """%%distributed --name boom
+import time
+for i in range(3):
+    nbdist.report(step=i, loss=1.0 / (i + 1), samples=8)
+    time.sleep(0.05)
+if nbdist.rank() == 1:
+    {}['b']
+time.sleep(60)  # rank 0 waits: it is stopped by rank 1's failure
+"""
+
+
+def test_a_failed_rank_is_named_and_its_peers_shown_as_stopped(ready):
+    k = ready
+    msgs = _run(k, FAILING)
+    assert any("KeyError" in e for e in _errors(msgs))
+    rows = _value(k, "[(r['rank'], r['state'], r['error']) for r in _runs.last().dashboard.rows]")
+    assert rows == [(0, "stopped", None), (1, "failed", "KeyError: 'b'")]
+    events = _value(k, "[(e.kind, e.rank, e.message) for e in _runs.last().events]")
+    assert ("failed", 1, "KeyError: 'b'") in events
+    kind, rank, message = events[-1]  # the run's end names the cause too
+    assert (kind, rank) == ("failed", None) and message.endswith(": rank 1: KeyError: 'b'")
+    run = _value(
+        k,
+        "(lambda r: (r['error'], r['status'], r['ended'] - r['started']))"
+        "(__import__('nbdist').runs(limit=1)[0])",
+    )
+    assert run[:2] == ("rank 1: KeyError: 'b'", "failed")
+    # one length for the run, written the same wherever it is shown
+    from nbdist.telemetry.format import fmt_duration
+
+    assert message.startswith(f"failed after {fmt_duration(run[2])}")
+    head = _value(k, "_runs.last().dashboard.widget.head")
+    assert fmt_duration(head["elapsed"]) == fmt_duration(run[2])
+    states = _value(
+        k,
+        "[(w['rank'], w['state']) for w in __import__('nbdist').runs(limit=1)[0].health()]",
+    )
+    assert states == [(0, "stopped"), (1, "failed")]  # what the sidebar's tiles show
 
 
 def test_no_dashboard_option_and_runs_still_recorded(ready):
@@ -175,7 +224,7 @@ def test_an_unwritable_store_warns_once_and_training_goes_on(ready, tmp_path):
     assert res.error is None and res.result == "7"
     assert res.stderr.count("nbdist: warning: the run store") == 1
     assert "training goes on" in res.stderr
-    assert _value(k, "_runs.last().dashboard.widget.head['step']") == 8
+    assert _value(k, "_runs.last().dashboard.widget.head['steps']") == 8
 
 
 def test_stop_on_nan_through_the_magic(ready):
@@ -221,11 +270,15 @@ ARTIFACTS = __import__("pathlib").Path(__file__).resolve().parents[2] / "test-ar
 BROWSER_TRAIN = """%%distributed --total 300 --name browser
 import math, time
 for i in range(300):
-    nbdist.report(step=i, loss=(1 + 0.3 * nbdist.rank()) * math.exp(-i / 80) + 0.05, samples=32)
+    loss = (1 + 0.3 * nbdist.rank()) * math.exp(-i / 25) + 1e-4
+    extra = {"val_loss": 2 * loss} if i % 25 == 0 else {}  # a metric at its own cadence
+    nbdist.report(step=i, loss=loss, samples=32, acc=1 - math.exp(-i / 60), **extra)
     if i % 50 == 0:
         print(f"step {i}")
     time.sleep(0.05)
 """
+#: A tall cell under the board, so that the board can be scrolled out of view.
+SPACER = "\n\n".join(f"Below the board, paragraph {i}." for i in range(120))
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +305,8 @@ def lab(tmp_path_factory):
                 "execution_count": None,
             }
             for c in cells
-        ],
+        ]
+        + [{"cell_type": "markdown", "metadata": {}, "source": SPACER}],
         "metadata": {
             "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
         },
@@ -264,11 +318,25 @@ def lab(tmp_path_factory):
         yield lab.url, lab.token, root
 
 
+# Every canvas of the board drawn at its displayed size x devicePixelRatio (none stretched).
+SHARP = """() => [...document.querySelectorAll('.nbd-dashboard canvas')].map(c => {
+  const r = c.getBoundingClientRect(), dpr = window.devicePixelRatio;
+  return [c.width, c.height, Math.round(r.width * dpr), Math.round(r.height * dpr)];
+})"""
+
+
+def _sharp(page) -> list:
+    sizes = page.evaluate(SHARP)
+    return [s for s in sizes if s[:2] != s[2:]]
+
+
 @pytest.mark.timeout(400)
 def test_dashboard_in_a_real_browser(lab):
-    """JupyterLab in Chromium runs the notebook: the widget shows, its loss curve moves, its
-    worker table lists both ranks; screenshots go to test-artifacts/."""
-    from playwright.sync_api import sync_playwright
+    """JupyterLab in Chromium (at a pixel ratio of 2) runs the notebook: a chart per metric
+    (loss, acc every step, val_loss every 25th step), each with a hover readout, a log toggle,
+    zoom; every canvas sharp after a theme switch made while the board was scrolled away; the
+    worker table; screenshots in test-artifacts/."""
+    from playwright.sync_api import expect, sync_playwright
 
     url, token, root = lab
     ARTIFACTS.mkdir(exist_ok=True)
@@ -279,7 +347,7 @@ def test_dashboard_in_a_real_browser(lab):
             args=["--no-sandbox", "--disable-gpu", "--no-first-run"],
         )
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            page = browser.new_page(viewport={"width": 1280, "height": 1100}, device_scale_factor=2)
             page.set_default_timeout(90_000)
             page.goto(f"{url}lab/tree/dash.ipynb?token={token}")
             page.wait_for_selector(".jp-Notebook .jp-Cell")
@@ -303,24 +371,79 @@ def test_dashboard_in_a_real_browser(lab):
             page.wait_for_function(  # the chart gains points while the cell runs
                 "n => +document.querySelector('.nbd-dashboard').dataset.points > n + 20", arg=first
             )
+            # a chart per metric, in the order first reported
+            charts = board.locator(".nbdist-chart[data-metric]")
+            expect(charts).to_have_count(3)
+            names = [charts.nth(i).get_attribute("data-metric") for i in range(3)]
+            assert names == ["loss", "acc", "val_loss"]
             rows = board.locator("tbody tr")
             assert rows.count() == 2
             assert [rows.nth(i).locator(".nbd-state").inner_text() for i in range(2)] == ["ok"] * 2
             board.scroll_into_view_if_needed()
             board.screenshot(path=str(ARTIFACTS / "dashboard-live-light.png"))
+
+            # scrolled away, the theme switches; back in view, every canvas is sharp
+            page.locator(".jp-Notebook .jp-MarkdownCell").last.scroll_into_view_if_needed()
+            page.wait_for_function(
+                "() => document.querySelector('.nbd-dashboard').getBoundingClientRect().bottom < 0"
+            )
             page.evaluate(
                 "window.jupyterapp.commands.execute('apputils:change-theme',"
                 " {theme: 'JupyterLab Dark'})"
             )
-            # the board redraws its charts in the new colours and says so
-            page.wait_for_selector(".nbd-dashboard[data-theme='false']")
+            page.wait_for_selector(".nbd-dashboard[data-theme='false']", state="attached")
+            board.scroll_into_view_if_needed()
+            page.wait_for_function(f"() => ({SHARP})().every(s => s[0] === s[2] && s[1] === s[3])")
+            assert page.evaluate(SHARP) and not _sharp(page)
             board.screenshot(path=str(ARTIFACTS / "dashboard-live-dark.png"))
+
             page.wait_for_function(
                 "() => document.querySelector('.nbd-dashboard').dataset.status === 'ok'",
                 timeout=120_000,
             )
-            assert "step 300 / 300" in board.inner_text() and "100.0 %" in board.inner_text()
-            board.screenshot(path=str(ARTIFACTS / "dashboard-final-dark.png"))
+            assert "300 / 300 steps" in board.inner_text() and "100.0 %" in board.inner_text()
+            expect(board.locator("tbody .nbd-state")).to_have_text(["done", "done"])
+            loss = board.locator(".nbdist-chart[data-metric='loss']")
+            plot = loss.locator(".u-over")
+            box = plot.bounding_box()
+            # the hover readout names the step under the mouse, each rank's value and the mean
+            page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            readout = loss.locator(".nbdist-chart-readout")
+            expect(readout).to_have_text(
+                re.compile(r"^step [\d,]+ · rank 0 \S+ · rank 1 \S+ · mean")
+            )
+            step = int(loss.get_attribute("data-readout-step"))
+            assert 100 < step < 200, step
+            # the cursor is shared: the acc chart reads the same step
+            acc = board.locator(".nbdist-chart[data-metric='acc']")
+            assert acc.get_attribute("data-readout-step") == str(step)
+            board.screenshot(path=str(ARTIFACTS / "dashboard-hover-dark.png"))
+            # the log toggle changes the drawing
+            canvas = "el => el.querySelector('canvas').toDataURL()"
+            page.mouse.move(0, 0)
+            linear = loss.evaluate(canvas)
+            loss.locator(".nbdist-chart-log").click()
+            expect(loss).to_have_attribute("data-log", "true")
+            page.wait_for_function(
+                "([el, before]) => el.querySelector('canvas').toDataURL() !== before",
+                arg=[loss.element_handle(), linear],
+            )
+            assert not _sharp(page)
+            board.screenshot(path=str(ARTIFACTS / "dashboard-final-log-dark.png"))
+            # drag to zoom, double-click to see everything again
+            page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
+            page.mouse.down()
+            page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2, steps=5)
+            page.mouse.up()
+            expect(loss).to_have_attribute("data-zoomed", "true")
+            page.mouse.dblclick(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            expect(loss).not_to_have_attribute("data-zoomed", "true")
+            page.evaluate(
+                "window.jupyterapp.commands.execute('apputils:change-theme',"
+                " {theme: 'JupyterLab Light'})"
+            )
+            page.wait_for_selector(".nbd-dashboard[data-theme='true']", state="attached")
+            board.screenshot(path=str(ARTIFACTS / "dashboard-final-light.png"))
             page.get_by_text("nbdist: cluster stopped").wait_for(timeout=60_000)
             page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
         finally:
@@ -332,7 +455,10 @@ def test_dashboard_in_a_real_browser(lab):
     boards = [
         o for o in outputs if o.get("output_type") == "display_data" and WIDGET in o.get("data", {})
     ]
-    assert len(boards) == 1 and base64.b64decode(boards[0]["data"]["image/png"])[:4] == b"\x89PNG"
+    assert len(boards) == 1
+    png = base64.b64decode(boards[0]["data"]["image/png"])
+    assert png[:4] == b"\x89PNG"
+    (ARTIFACTS / "dashboard-static.png").write_bytes(png)
 
 
 def test_a_pipeline_shows_each_ranks_stage_and_idle_share(ready):

@@ -18,7 +18,7 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 LABELS = ["lr=0.1, width=32", "lr=0.1, width=64", "lr=0.01, width=32", "lr=0.01, width=64"]
 ERROR = "RuntimeError: CUDA out of memory <b>not bold</b>"
 
-SHOW = f"""from nbdist.notebook.sweeps.board import SweepBoard
+SHOW = f"""from nbdist.notebook.sweeps.board import RATE, SweepBoard
 board = SweepBoard("sweep <i>lr × width</i>")
 board.show()
 labels = {LABELS!r}
@@ -49,7 +49,10 @@ for tick in range(146):
         loss = (1 + 0.4 * t) * math.exp(-step / (25 + 15 * t)) + 0.1 * t + 0.05 + rng.gauss(0, 0.01)
         rate = 900 + 150 * t + rng.gauss(0, 20)
         best[t] = min(best.get(t, loss), loss)
-        board.add_points(t, [step], [loss], [rate])
+        board.add_points(t, "loss", [step], [loss])
+        board.add_points(t, RATE, [step], [rate])
+        if step % 10 == 0:  # another metric, at a cadence of its own
+            board.add_points(t, "val_acc", [step], [1 - loss / 3])
         state, note = ends[t] if step == steps else ("running", "")
         board.set_trial(t, label=labels[t], state=state, ranks=ranks, step=step, loss=loss,
                         best=best[t], samples_per_s=rate, note=note)
@@ -160,12 +163,12 @@ def test_sweep_board_in_a_real_browser(lab):
             assert board.locator(".nbs-title").inner_text() == "sweep <i>lr × width</i>"
             assert board.locator("tbody tr").nth(3).locator(".nbs-col-note").inner_text() == ERROR
             assert board.locator("b, i").count() == 0
-            # one curve per trial on each chart; the stopped and the failed one drawn apart
-            for chart in range(2):
-                curves = board.locator(".nbs-chart").nth(chart).locator("path.nbs-curve")
-                expect(curves).to_have_count(4)
-                assert curves.nth(1).get_attribute("class") == "nbs-curve nbs-curve-stopped"
-                assert curves.nth(3).get_attribute("class") == "nbs-curve nbs-curve-failed"
+            # a chart per metric, one curve per trial on each: loss, samples/s, then val_acc
+            charts = board.locator(".nbdist-chart")
+            expect(charts).to_have_count(3)
+            assert charts.nth(2).get_attribute("data-metric") == "val_acc"
+            for i in range(3):
+                expect(charts.nth(i)).to_have_attribute("data-lines", "4")
             # the best trial (lowest best loss: trial 0) is marked, in the table and the header
             assert board.get_attribute("data-best") == "0"
             leader = board.locator("tbody tr.nbs-leader")
@@ -177,13 +180,12 @@ def test_sweep_board_in_a_real_browser(lab):
                 "1 stopped",
             ]
             board.screenshot(path=str(ARTIFACTS / "sweep-board-final-light.png"))
-            log = board.locator(".nbs-controls input[type=checkbox]")
-            log.check()  # a log axis: ticks at positive values, the same curves
-            ticks = board.locator(".nbs-chart").first.locator(".nbs-ytick").all_text_contents()
-            assert len(ticks) >= 2 and all(float(t) > 0 for t in ticks), ticks
-            expect(board.locator(".nbs-chart").first.locator("path.nbs-curve")).to_have_count(4)
-            log.uncheck()
-
+            loss = charts.first
+            linear = loss.evaluate("el => el.querySelector('canvas').toDataURL()")
+            loss.locator(".nbdist-chart-log").click()  # a log axis: the same curves, redrawn
+            expect(loss).to_have_attribute("data-log", "true")
+            assert loss.evaluate("el => el.querySelector('canvas').toDataURL()") != linear
+            expect(loss).to_have_attribute("data-lines", "4")
             page.evaluate(
                 "window.jupyterapp.commands.execute('apputils:change-theme',"
                 " {theme: 'JupyterLab Dark'})"
@@ -194,11 +196,10 @@ def test_sweep_board_in_a_real_browser(lab):
                 " !== 'rgb(255, 255, 255)'"
             )
             board.screenshot(path=str(ARTIFACTS / "sweep-board-final-dark.png"))
-            # a row under the pointer: its curve stands out
+            # a row under the pointer: its curve stands out on every chart
             board.locator("tbody tr").nth(2).hover()
-            expect(board.locator(".nbs-chart").first.locator("path.nbs-hi")).to_have_attribute(
-                "data-trial", "2"
-            )
+            for i in range(3):
+                expect(charts.nth(i)).to_have_attribute("data-focus", f"#2 {LABELS[2]}")
             board.screenshot(path=str(ARTIFACTS / "sweep-board-hover-dark.png"))
             page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
             page.wait_for_function(

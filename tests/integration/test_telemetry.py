@@ -189,7 +189,7 @@ def _kept(tmp_path) -> RunStore:
                     "step": i,
                     "loss": scale / (i + 1),
                     "samples": 8,
-                    "extra": {"lr": 0.1},
+                    "extra": {"lr": 0.1, **({"acc": scale * i / 10} if i % 2 == 0 else {})},
                 }
                 for i in range(5)
                 for r in (0, 1)
@@ -216,6 +216,7 @@ def test_runs_lists_and_returns_metrics_as_plain_data(tmp_path, monkeypatch):
         "loss": 1.0,
         "samples": 8.0,
         "lr": 0.1,
+        "acc": 0.0,
     }
     assert rows[-1]["loss"] == float("inf")
     assert listed[1].loss_curve() == ([0, 1, 2, 3, 4], [1.0, 0.5, 1 / 3, 0.25, 0.2])
@@ -244,6 +245,23 @@ def test_compare_draws_each_run(tmp_path):
         runs.compare(store=store)
     with pytest.raises(UsageError, match="takes runs or run ids, not 'a'"):
         runs.compare("a", store=store)
+
+
+def test_compare_draws_any_metric_on_a_linear_or_log_axis(tmp_path):
+    """``acc`` is reported every other step: its own curve, its axis named after it."""
+    store = _kept(tmp_path)
+    a, b = runs.runs(store=store)
+    fig = runs.compare(a, b, metric="acc", store=store)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "acc" and ax.get_yscale() == "linear"
+    assert [list(line.get_xdata()) for line in ax.lines] == [[0, 2, 4]] * 2
+    assert list(ax.lines[0].get_ydata()) == pytest.approx([0.0, 0.4, 0.8])
+    assert runs.compare(a, metric="loss", log=True, store=store).axes[0].get_yscale() == "log"
+    # acc starts at 0: a log axis cannot show it, a symmetric log one can
+    assert runs.compare(a, metric="acc", log=True, store=store).axes[0].get_yscale() == "symlog"
+    assert a.curve("lr") == ([0, 1, 2, 3, 4], [0.1] * 5)
+    with pytest.raises(UsageError, match="has no metric 'f1': it reported loss, lr, acc"):
+        runs.compare(a, metric="f1", store=store)
 
 
 def test_tensorboard_event_files(cluster, tmp_path):

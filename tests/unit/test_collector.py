@@ -10,9 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from nbdist.config import CellOptions, TelemetryConfig
-from nbdist.notebook.board.collector import Collector, RankState, classify
+from nbdist.notebook.board.collector import Collector, RankState, classify, ending
 from nbdist.notebook.run import monitor
 from nbdist.notebook.run.observers import Phase, RunObserver
+from nbdist.protocol import CellOutcome
 from nbdist.telemetry import events as ev
 from nbdist.telemetry.events import Batch, HealthSample, MetricRecord
 from nbdist.telemetry.store import RunStore
@@ -47,11 +48,53 @@ def test_classify_verdicts():
         ),  # a straggler
         3: _rank(3, last_seen=97.0, step_time=0.10, reports=5),  # no heartbeat for 3 s
         4: _rank(4, last_seen=99.9, reports=0),  # alive, never reports, while others do
-        5: _rank(5, outcome="died", last_seen=99.9),
-        6: _rank(6, outcome="ok", last_seen=90.0),  # finished: not silent
+        5: _rank(5, outcome=ev.DEAD, last_seen=99.9),
+        6: _rank(6, outcome=ev.DONE, last_seen=90.0),  # finished: not silent
+        7: _rank(7, outcome=ev.FAILED, last_seen=90.0),
     }
     got = classify(ranks, now, started, CFG)
-    assert got == {0: ev.OK, 1: ev.OK, 2: ev.SLOW, 3: ev.SILENT, 4: ev.SILENT, 5: ev.DEAD, 6: ev.OK}
+    assert got == {
+        0: ev.OK,
+        1: ev.OK,
+        2: ev.SLOW,
+        3: ev.SILENT,
+        4: ev.SILENT,
+        5: ev.DEAD,
+        6: ev.DONE,
+        7: ev.FAILED,
+    }
+
+
+def test_a_rank_that_raised_is_failed_and_its_peers_stopped():
+    """How a cell ended on each rank, as its tile and its row say it: the rank whose own code
+    raised is failed (with its error), those it took down are stopped, not failed."""
+    out = [
+        (0, CellOutcome("error", 1.0, summary="RuntimeError: Connection closed by peer")),
+        (1, CellOutcome("error", 1.0, summary="KeyError: 'b'")),
+        (2, CellOutcome("interrupted", 1.0, summary="nbdist: interrupted")),
+        (3, CellOutcome("died", 1.0, summary="engine process 7 killed by SIGKILL")),
+        (4, CellOutcome("ok", 1.0)),
+        (5, CellOutcome("timeout", 1.0, summary="stopped by --timeout")),
+    ]
+    assert [ending(r, o) for r, o in out] == [
+        (ev.STOPPED, None),
+        (ev.FAILED, "KeyError: 'b'"),
+        (ev.STOPPED, None),
+        (ev.DEAD, "engine process 7 killed by SIGKILL"),
+        (ev.DONE, None),
+        (ev.STOPPED, None),
+    ]
+    col = Collector([0, 1], CFG, clock=lambda: 1000.0)
+    seen = []
+    col.on_event = lambda e: seen.append((e.kind, e.rank, e.message))
+    feeds = {
+        r: SimpleNamespace(ar=SimpleNamespace(metadata={"stdout": ""}), outcome=o)
+        for r, o in out[:2]
+    }
+    col.poll(feeds)
+    col.update_states()
+    assert [col.ranks[r].state for r in (0, 1)] == [ev.STOPPED, ev.FAILED]
+    assert seen == [("failed", 1, "KeyError: 'b'")]  # the board's events name it
 
 
 def test_classify_without_reports_uses_the_heartbeat_only():
@@ -76,8 +119,11 @@ def test_collector_folds_batches_and_flags_nan_at_once():
     assert seen == [("nan", 1, "loss is nan at step 4")]
     assert col.ranks[1].nonfinite == "nan" and col.ranks[1].host == "h1"
     col.settle_mean(final=True)
-    assert col.mean.x == [0, 1, 2, 3, 4] and col.mean.y[0] == pytest.approx(1.5)
-    assert col.mean.y[4] == pytest.approx(0.2)  # the NaN is flagged, not averaged in
+    mean = col.series.mean["loss"]
+    assert mean.x == [0, 1, 2, 3, 4] and mean.y[0] == pytest.approx(1.5)
+    assert mean.y[4] == pytest.approx(0.2)  # the NaN is flagged, not averaged in
+    lr = col.series.mean["lr"]  # every metric reported has its curve, its mean too
+    assert (lr.x, lr.y) == ([0, 1, 2, 3], [0.1] * 4)
     assert col.samples_per_s() == pytest.approx(80 / 0.5)
 
 

@@ -1,5 +1,6 @@
-"""The browser decimates curves by the same rule as the kernel: the same points in, the same
-points kept (the dashboard's ES module run by node, against ``notebook.board.curves.Curve``)."""
+"""The browser and the kernel agree: the board's built ES module, run by node, keeps the same
+points of a curve as ``telemetry.curves.Curve`` and writes numbers and durations as
+``telemetry.format`` does (the sidebar and both boards use the same ``format.ts``)."""
 
 from __future__ import annotations
 
@@ -11,34 +12,61 @@ import subprocess
 import pytest
 
 from nbdist.notebook.board import widget
-from nbdist.notebook.board.curves import Curve
+from nbdist.telemetry import format as fmt
+from nbdist.telemetry.curves import Curve
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-def test_browser_and_kernel_keep_the_same_points(tmp_path):
-    """One Series (static/common.js) serves both boards: the dashboard's module exports it."""
+def _node(tmp_path, body: str, stdin: str = "") -> dict:
+    """Run ``body`` (JavaScript, with ``m``: the dashboard's module) and parse what it prints."""
     module = tmp_path / "dashboard.mjs"
-    module.write_text(widget.module("dashboard.js"))
+    module.write_text(widget.built("dashboard.js"))
+    script = f"import({json.dumps(module.as_uri())}).then(m => {{ {body} }});"
+    out = subprocess.run(
+        ["node", "-e", script], input=stdin, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_browser_and_kernel_keep_the_same_points(tmp_path):
     rng = random.Random(1)
     ys = [rng.gauss(0, 1) for _ in range(30_000)]
     ys[12_345] = 40.0
     curve = Curve(2000)
     for i, y in enumerate(ys):
         curve.add(i, y)
-    script = (
-        f"import({json.dumps(module.as_uri())}).then(m => {{"
-        "  const ys = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
-        "  const s = new m.Series();"
-        "  ys.forEach((y, i) => s.push(i, y));"
-        "  const v = s.view();"
-        "  console.log(JSON.stringify({x: v.x, y: v.y, stride: s.stride}));"
-        "});"
+    js = _node(
+        tmp_path,
+        "const ys = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "const s = new m.Series();"
+        "ys.forEach((y, i) => s.push(i, y));"
+        "const v = s.view();"
+        "console.log(JSON.stringify({x: v.x, y: v.y, stride: s.stride}));",
+        json.dumps(ys),
     )
-    out = subprocess.run(
-        ["node", "-e", script], input=json.dumps(ys), capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    js = json.loads(out.stdout)
     assert js["stride"] == curve.stride
     assert js["x"] == curve.x and js["y"] == pytest.approx(curve.y)
     assert max(js["y"]) == 40.0
+
+
+NUMBERS = [0.001658, 2.9e-4, 1234.56, 12.345, 0.5, 100, 123456, 1e6, -0.25, 0, 3079, 7.21]
+SECONDS = [7.3, 0.04, 59.91, 60, 125, 3599.2, 3600, 3725, 86400]
+
+
+def test_numbers_and_durations_read_the_same_in_the_browser_and_the_kernel(tmp_path):
+    js = _node(
+        tmp_path,
+        f"const ns = {json.dumps(NUMBERS)}, ss = {json.dumps(SECONDS)};"
+        "console.log(JSON.stringify({fmt: ns.map(v => m.fmt(v)), int: ns.map(v => m.fmtInt(v)),"
+        " dur: ss.map(s => m.fmtDuration(s)),"
+        " col: [0.001658, 2.9e-4, 0.5].map(m.columnFormat([0.001658, 2.9e-4, 0.5]))}));",
+    )
+    assert js["fmt"] == [fmt.fmt(v) for v in NUMBERS]
+    assert js["int"] == [fmt.fmt_int(v) for v in NUMBERS]
+    assert js["dur"] == [fmt.fmt_duration(s) for s in SECONDS]
+    assert js["dur"][:5] == ["7.3 s", "0.0 s", "59.9 s", "1 min 00 s", "2 min 05 s"]
+    assert js["fmt"][6] == "123,500" and js["int"][10] == "3,079"
+    # one format per column: never 0.001658 beside 2.90e-4
+    assert js["col"] == ["1.66e-3", "2.90e-4", "5.00e-1"]

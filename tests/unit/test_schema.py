@@ -128,8 +128,8 @@ def rows(tmp_path) -> dict:
 def test_the_sidebars_types_name_what_the_store_sends(ts, rows):
     for interface, row in rows.items():
         assert set(ts[interface]) == set(row), interface
-    assert set(ts["IRun"]) == set(ev.RUN_FIELDS)
-    assert set(ts["IRunDetail"]) == {*ev.RUN_FIELDS, *ev.RUN_DETAIL_FIELDS}
+    assert set(ts["IRun"]) == {*ev.RUN_FIELDS, *ev.RUN_DERIVED}
+    assert set(ts["IRunDetail"]) == {*ev.RUN_FIELDS, *ev.RUN_DERIVED, *ev.RUN_DETAIL_FIELDS}
     assert set(ts["IMetric"]) == {"id", *ev.METRIC_COLUMNS, "nonfinite"}
     assert set(ts["IWorker"]) == set(ev.HEALTH_COLUMNS)
     assert set(ts["IEvent"]) == {"id", *ev.EVENT_COLUMNS}

@@ -10,7 +10,8 @@ import math
 
 import pytest
 
-from nbdist.notebook.sweeps.board import SweepBoard
+from nbdist.notebook.sweeps.board import RATE, SweepBoard
+from nbdist.telemetry.series import MAX_METRICS
 
 
 class _Handle:
@@ -88,15 +89,18 @@ def test_updates_send_only_what_changed_and_at_most_four_a_second(shown):
     for t in range(3):
         board.set_trial(t, label=f"lr={10**-t}", state="queued")
     board.set_trial(0, label="lr=1", state="running", ranks="0,1", step=9, loss=0.1)
-    board.add_points(0, list(range(10)), [1 / (s + 1) for s in range(10)], [50.0] * 10)
+    board.add_points(0, "loss", list(range(10)), [1 / (s + 1) for s in range(10)])
+    board.add_points(0, RATE, list(range(10)), [50.0] * 10)
+    board.add_points(0, "acc", [4, 9], [0.5, 0.75])  # another metric, at its own cadence
     clock.now += 1
     board.update()
     first = sent[-1]
     assert first["kind"] == "delta" and first["seq"] == 2
-    assert first["loss"] == {
+    assert first["metrics"]["loss"] == {
         "0": [list(range(10)), [pytest.approx(1 / (s + 1)) for s in range(10)]]
     }
-    assert first["rate"]["0"][1] == [50.0] * 10
+    assert first["metrics"][RATE]["0"][1] == [50.0] * 10
+    assert first["metrics"]["acc"] == {"0": [[4, 9], [0.5, 0.75]]}
     assert [r["trial"] for r in first["rows"]] == [0, 1, 2]
     assert board.widget.head["counts"] == {
         "queued": 2,
@@ -109,29 +113,31 @@ def test_updates_send_only_what_changed_and_at_most_four_a_second(shown):
     clock.now += 1
     board.update()  # nothing changed: nothing is sent
     assert sent[n:] == []
-    board.add_points(1, [0], [2.0])
+    board.add_points(1, "loss", [0], [2.0])
     board.set_trial(1, label="lr=0.1", state="running", ranks="2,3", step=0, loss=2.0, best=2.0)
     clock.now += 0.1
     board.update()  # too soon after the last: held back
     assert sent[n:] == []
     board.update(force=True)
     last = sent[-1]
-    assert last["loss"] == {"1": [[0], [2.0]]} and "rate" not in last
+    assert last["metrics"] == {"loss": {"1": [[0], [2.0]]}}
     assert [r["trial"] for r in last["rows"]] == [1]  # only the row that changed
     assert last["seq"] > first["seq"] and board.widget.head["best"] == 1
-    board.add_points(1, [1, 2], [float("nan"), 1.5], [None, 40.0])  # NaN and None: no point
+    board.add_points(1, "loss", [1, 2], [float("nan"), 1.5])  # NaN and None: no point
+    board.add_points(1, RATE, [1, 2], [None, 40.0])
     board.update(force=True)
-    assert sent[-1]["loss"] == {"1": [[2], [1.5]]} and sent[-1]["rate"] == {"1": [[2], [40.0]]}
+    assert sent[-1]["metrics"] == {"loss": {"1": [[2], [1.5]]}, RATE: {"1": [[2], [40.0]]}}
 
 
 def test_a_late_view_starts_from_the_history(shown):
     board, clock, sent, _, _ = shown
     board.set_trial(0, label="a", state="running")
-    board.add_points(0, [0, 1, 2], [3.0, 2.0, 1.0])
+    board.add_points(0, "loss", [0, 1, 2], [3.0, 2.0, 1.0])
     clock.now += 6  # past the history's refresh period: the update refreshes it instead
     board.update()
     h = board.widget.history
-    assert h["loss"] == {"0": [[0, 1, 2], [3.0, 2.0, 1.0], 2]} and h["rows"] == board.rows
+    assert h["metrics"]["loss"] == {"0": [[0, 1, 2], [3.0, 2.0, 1.0], 2]}
+    assert h["rows"] == board.rows
     assert sent == []
     clock.now += 1
     board.update()
@@ -145,12 +151,13 @@ def test_a_trial_of_100k_points_costs_a_bounded_amount(shown):
     for start in range(0, 100_000, 5000):  # the runner's batches, an update after each
         steps = list(range(start, start + 5000))
         for t in range(4):
-            board.add_points(t, steps, [1 / math.sqrt(s + 1) + t for s in steps], [10.0] * 5000)
+            board.add_points(t, "loss", steps, [1 / math.sqrt(s + 1) + t for s in steps])
+            board.add_points(t, RATE, steps, [10.0] * 5000)
         clock.now += 0.3
         board.update()
     assert all(len(board.curve("loss", t)[0]) <= 2000 for t in range(4))
     assert max(len(json.dumps(m)) for m in sent) < 60_000, "a message grew with the trial"
-    assert sum(len(m.get("loss", {}).get("0", [[]])[0]) for m in sent) < 10_000
+    assert sum(len(m["metrics"].get("loss", {}).get("0", [[]])[0]) for m in sent) < 10_000
     assert board.sent_bytes < 3_000_000  # 800k points in
     xs, ys = board.curve("loss", 0)
     assert xs == sorted(xs) and max(ys) == pytest.approx(1.0) and xs[-1] == 99_999
@@ -164,7 +171,8 @@ def test_finish_adds_a_picture_and_keeps_the_widget(shown):
     board.set_trial(1, label="lr=0.01", state="stopped", note="stopped: worse than the median")
     board.set_trial(2, label="lr=1", state="failed", note="RuntimeError: <b>boom</b> $x_1$")
     for t in range(3):
-        board.add_points(t, list(range(10)), [1 / (s + 1 + t) for s in range(10)], [5.0] * 10)
+        board.add_points(t, "loss", list(range(10)), [1 / (s + 1 + t) for s in range(10)])
+        board.add_points(t, RATE, list(range(10)), [5.0] * 10)
     board.finish("failed")
     (data,) = handle.updates
     assert base64.b64decode(data["image/png"])[:4] == b"\x89PNG"
@@ -177,3 +185,11 @@ def test_finish_without_a_widget_still_draws():
     board = SweepBoard("s")
     board.finish("interrupted")
     assert board.picture()[:4] == b"\x89PNG"
+
+
+def test_metrics_past_the_limit_are_not_charted(shown):
+    board, clock, sent, _, _ = shown
+    for i in range(200):
+        board.add_points(0, f"m{i}", [0], [1.0])
+    board.update(force=True)
+    assert len(sent[-1]["metrics"]) == MAX_METRICS - 1  # "loss" is one of the fifty

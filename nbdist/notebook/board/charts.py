@@ -1,7 +1,7 @@
 """The run's charts, drawn off-screen with matplotlib's Agg into PNG bytes (no pyplot, no widgets).
 
-The dashboard's static picture (``dashboard_picture``, made once when a cell ends) and
-``nbdist.compare()`` use them; the live dashboard is drawn by the browser. matplotlib is imported
+The dashboard's static picture (``dashboard_picture``, made once when a cell ends), the sweep's
+and ``nbdist.compare()`` use them; the live boards are drawn by the browser. matplotlib is imported
 on first use, never at import.
 """
 
@@ -10,46 +10,47 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from ...telemetry.format import MISSING, fmt
 
-def plot(data: dict, loss_ax: Any, rate_ax: Any) -> None:
-    """Loss per rank and its mean on ``loss_ax``, samples/s on ``rate_ax``.
+#: Metrics other than loss drawn in the picture (the live board has them all).
+_PICTURE_METRICS = 6
 
-    ``data``: ``{"ranks": [(rank, steps, losses)], "mean": (steps, losses),
-    "rate": (seconds, samples_per_s)}``.
-    """
-    ranks = data["ranks"]
+
+def plot_metric(ax: Any, name: str, ranks: list[tuple[int, list, list]], mean: tuple) -> None:
+    """One metric on ``ax``: each rank's curve (faint when there are many) and their mean."""
     many = len(ranks) > 8
     for rank, steps, values in ranks:
-        if steps:
-            loss_ax.plot(
+        if steps and len(ranks) <= 16:
+            ax.plot(
                 steps,
                 values,
                 lw=0.8,
                 alpha=0.35 if many else 0.7,
                 label=None if many else f"rank {rank}",
             )
-    steps, values = data["mean"]
-    if steps:
-        loss_ax.plot(steps, values, color="black", lw=1.8, label="mean")
-    loss_ax.set_xlabel("step")
-    loss_ax.set_ylabel("loss")
-    loss_ax.grid(alpha=0.3)
-    if loss_ax.lines:
-        loss_ax.legend(fontsize=7, loc="upper right")
-    t, v = data["rate"]
-    rate_ax.plot(t, v, color="#1565c0")
-    rate_ax.set_xlabel("seconds")
-    rate_ax.set_ylabel("samples/s")
-    rate_ax.set_ylim(bottom=0)
-    rate_ax.grid(alpha=0.3)
+    steps, values = mean
+    if steps and (len(ranks) > 1 or not ax.lines):
+        ax.plot(steps, values, color="black", lw=1.8, label="mean")
+    ax.set_xlabel("step", fontsize=8)
+    ax.set_title(name, fontsize=9, loc="left")
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
 
 
-_STATE_COLOURS = {"ok": "#2e7d32", "slow": "#ef6c00", "silent": "#9e9d24", "dead": "#c62828"}
+_STATE_COLOURS = {
+    "ok": "#2e7d32",
+    "slow": "#ef6c00",
+    "silent": "#9e9d24",
+    "dead": "#c62828",
+    "failed": "#c62828",
+    "stopped": "#757575",
+    "done": "#558b2f",
+}
 _COLUMNS = (
     ("rank", "rank", "d"),
     ("host", "host", ""),
     ("state", "state", ""),
-    ("step", "step", "d"),
+    ("steps", "steps", ","),
     ("loss", "loss", ".4g"),
     ("step_ms", "step ms", ".0f"),
     ("cpu", "cpu %", ".0f"),
@@ -66,37 +67,57 @@ _TABLE_ROWS = 16
 
 def _cell(value: Any, spec: str) -> str:
     if value is None:
-        return "-"
+        return MISSING
     if isinstance(value, str) or not spec:
         return str(value)[:40]
-    return format(value, spec)
+    return fmt(value) if spec == ".4g" else format(value, spec)
 
 
 def dashboard_picture(
     title: str,
     summary: str,
-    ranks: list[tuple[int, list, list]],
-    mean: tuple[list, list],
+    metrics: dict[str, tuple[list[tuple[int, list, list]], tuple[list, list]]],
     rate: tuple[list, list],
     rows: list[dict],
     events: list[tuple[str, int | None, str]],
 ) -> bytes:
     """The whole dashboard as one PNG, made once when the cell ends, for renderers without
-    widgets. Text from engines is drawn as text: TeX (``$...$``) is not interpreted."""
+    widgets: loss and samples/s, up to six more metrics, the workers, the last events.
+    ``metrics``: ``{name: ([(rank, steps, values)], (steps, mean))}``. Text from engines is
+    drawn as text: TeX (``$...$``) is not interpreted."""
     from matplotlib.figure import Figure
 
+    others = [n for n in metrics if n != "loss"][:_PICTURE_METRICS]
+    grid_h = 2.0 * -(-len(others) // 3)  # rows of three small charts
     shown = rows[:_TABLE_ROWS]
     more = len(rows) - len(shown)
-    height = 3.6 + 0.22 * (len(shown) + 1) + 0.2 * (min(len(events), 5) + bool(more)) + 0.5
+    height = 3.6 + grid_h + 0.22 * (len(shown) + 1) + 0.2 * (min(len(events), 5) + bool(more))
+    height += 0.5
     fig = Figure(figsize=(9, height), dpi=80)
-    top = 1 - 0.55 / height
-    fig.text(0.01, 1 - 0.25 / height, title, weight="bold", fontsize=11, parse_math=False)
-    fig.text(0.01, top, summary, fontsize=9, parse_math=False)
-    chart_h = 2.6 / height
-    loss_ax = fig.add_axes((0.07, top - chart_h - 0.05 / height, 0.55, chart_h - 0.3 / height))
-    rate_ax = fig.add_axes((0.72, top - chart_h - 0.05 / height, 0.26, chart_h - 0.3 / height))
-    plot({"ranks": ranks, "mean": mean, "rate": rate}, loss_ax, rate_ax)
-    table_top = top - chart_h - 0.55 / height
+
+    def y(inches: float) -> float:  # inches from the top, as a figure fraction
+        return 1 - inches / height
+
+    fig.text(0.01, y(0.25), title, weight="bold", fontsize=11, parse_math=False)
+    fig.text(0.01, y(0.55), summary, fontsize=9, parse_math=False)
+    loss_ax = fig.add_axes((0.07, y(3.2), 0.55, 2.3 / height))
+    ranks, mean = metrics.get("loss", ([], ([], [])))
+    plot_metric(loss_ax, "loss", ranks, mean)
+    if loss_ax.lines:
+        loss_ax.legend(fontsize=7, loc="upper right")
+    rate_ax = fig.add_axes((0.72, y(3.2), 0.26, 2.3 / height))
+    rate_ax.plot(*rate, color="#1565c0")
+    rate_ax.set_title("samples/s", fontsize=9, loc="left")
+    rate_ax.set_xlabel("seconds", fontsize=8)
+    rate_ax.tick_params(labelsize=7)
+    rate_ax.set_ylim(bottom=0)
+    rate_ax.grid(alpha=0.3)
+    for i, name in enumerate(others):
+        row, col = divmod(i, 3)
+        ax = fig.add_axes((0.07 + col * 0.32, y(3.6 + 2.0 * row + 1.6), 0.26, 1.3 / height))
+        plot_metric(ax, name, *metrics[name])
+        ax.title.set_parse_math(False)
+    table_top = y(3.75 + grid_h)
     table_h = 0.22 * (len(shown) + 1) / height
     if shown:
         tab_ax = fig.add_axes((0.01, table_top - table_h, 0.98, table_h))
@@ -112,14 +133,14 @@ def dashboard_picture(
             [label for _, label, _ in cols],
             [_STATE_COLOURS.get(r["state"], "#555") for r in shown],
         )
-    y = table_top - table_h - 0.25 / height
+    at = table_top - table_h - 0.25 / height
     if more:
-        fig.text(0.01, y, f"... and {more} more ranks", fontsize=8)
-        y -= 0.2 / height
+        fig.text(0.01, at, f"... and {more} more ranks", fontsize=8)
+        at -= 0.2 / height
     for kind, rank, message in events[-5:]:
         who = f" rank {rank}" if rank is not None else ""
-        fig.text(0.01, y, f"{kind}{who}: {message}"[:140], fontsize=8, parse_math=False)
-        y -= 0.2 / height
+        fig.text(0.01, at, f"{kind}{who}: {message}"[:140], fontsize=8, parse_math=False)
+        at -= 0.2 / height
     return figure_png(fig)
 
 

@@ -6,9 +6,11 @@ there; popping means nothing is read twice and nothing is overwritten), folds th
 ``RankState`` per rank, and reads the tail of each rank's output. Work per poll is proportional
 to what arrived, so 64 ranks reporting 20 times a second cost the kernel little.
 
-``classify`` is the health verdict, a pure function: ok, slow (a straggler), silent, dead.
-The records are ``telemetry.events``'s: ``Batch`` in; ``MetricRecord`` and ``RunEvent`` out,
-through the ``on_*`` hooks.
+``classify`` is the health verdict, a pure function: ok, slow (a straggler), silent while the
+cell runs; then done, failed (its own code raised), stopped (by a peer's failure, an interrupt,
+a timeout) or dead. Every metric the ranks report is folded into ``series`` (per rank and their
+mean, bounded). The records are ``telemetry.events``'s: ``Batch`` in; ``MetricRecord`` and
+``RunEvent`` out, through the ``on_*`` hooks.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...config import TelemetryConfig
+from ...errors import RankFailure
 from ...protocol import CellOutcome
 from ...telemetry import events as ev
 from ...telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
-from .curves import Curve
+from ...telemetry.series import RunSeries, metric_values
 
-_MAX_POINTS = 2000  # points kept per curve (min/max decimated: see curves.py)
-_MAX_PENDING_MEAN = 20_000  # steps whose mean waits for a lagging rank, at most
+_MAX_POINTS = 2000  # points kept per curve (min/max decimated: see telemetry/curves.py)
 _RATE_WINDOW = 5.0  # seconds of records behind samples/s and the ETA
 
 
@@ -57,9 +59,9 @@ class RankState:
     step_time: float | None = None  # smoothed seconds per step
     health: HealthSample | None = None  # the latest sample
     state: str = ev.OK
-    outcome: str | None = None  # None while running; ok | failed | died
+    outcome: str | None = None  # None while running; then done | failed | stopped | dead
+    error: str | None = None  # a failed rank's error, one line
     nonfinite: str | None = None  # "nan" / "inf" once a non-finite loss was seen
-    losses: Curve = field(default_factory=lambda: Curve(_MAX_POINTS))
     progress: deque = field(default_factory=lambda: deque(maxlen=64))  # (engine time, step)
     log: deque = field(default_factory=lambda: deque(maxlen=5))
     _partial: str = ""
@@ -70,7 +72,8 @@ class RankState:
 def classify(
     ranks: dict[int, RankState], now: float, started: float, cfg: TelemetryConfig
 ) -> dict[int, str]:
-    """Each rank's state: dead (engine gone), silent (no news), slow (a straggler), or ok.
+    """Each rank's state: how it ended (``RankState.outcome``), or while it runs silent (no
+    news), slow (a straggler) or ok.
 
     Silent: no batch at all for ``silent_after`` s (the engine is stuck or unreachable); or,
     while other ranks report, no report of its own for ``max(silent_after, 10 x median step)``.
@@ -83,10 +86,8 @@ def classify(
     quiet_limit = max(cfg.silent_after, 10 * median) if median else cfg.silent_after
     out = {}
     for r in ranks.values():
-        if r.outcome == "died":
-            out[r.rank] = ev.DEAD
-        elif r.outcome is not None:
-            out[r.rank] = ev.OK
+        if r.outcome is not None:
+            out[r.rank] = r.outcome
         elif now - (r.last_seen or started) > cfg.silent_after:
             out[r.rank] = ev.SILENT
         elif reporting and quiet_for(r, now, started) > quiet_limit:
@@ -120,16 +121,15 @@ class Collector:
         cfg: TelemetryConfig | None = None,
         total: int | None = None,
         clock: Callable[[], float] = time.time,
+        started: float | None = None,
     ):
         self.cfg = cfg or TelemetryConfig()
         self.clock = clock
-        self.started = clock()
+        self.started = clock() if started is None else started  # the run's start, on ``clock``
         self.ranks = {r: RankState(r, log=deque(maxlen=self.cfg.log_lines)) for r in ranks}
         self.total = total
         self.first_step: int | None = None
-        self.mean = Curve(_MAX_POINTS)  # mean loss over ranks, at each settled step
-        self._sums: dict[int, list] = {}  # step -> [sum, count], until the step settles
-        self.on_mean: Callable[[int, float], None] | None = None  # a newly settled point
+        self.series = RunSeries(_MAX_POINTS)  # every metric, per rank and the mean over ranks
         self.first_record: float | None = None  # engine time
         self.rate_window: deque = deque()  # (engine time, samples) across ranks
         self._window_sum = 0.0  # samples in rate_window
@@ -158,9 +158,7 @@ class Collector:
             self._read_log(st, md.get("stdout") or "")
             out = rk.outcome  # a protocol.CellOutcome once the rank's cell has ended
             if st.outcome is None and out is not None:
-                st.outcome = (
-                    "ok" if out.ok else ("died" if out.kind in ("died", "hung") else "failed")
-                )
+                st.outcome, st.error = ending(r, out)
         return n
 
     def ingest(self, rank: int, batch: Batch) -> None:
@@ -182,7 +180,7 @@ class Collector:
             self._event(e.kind, rank, e.message, e.data or {}, at=e.time)
 
     def _record(self, st: RankState, rec: MetricRecord) -> None:
-        t, step, loss, samples, total, _extra = rec
+        t, step, loss, samples, total, extra = rec
         self.records += 1
         self.pending.append(t)
         st.reports += 1
@@ -207,20 +205,13 @@ class Collector:
             st.progress.append((t, step))
         if loss is not None:
             st.loss = loss
-            if not math.isfinite(loss):
-                if st.nonfinite is None:
-                    st.nonfinite = "nan" if math.isnan(loss) else "inf"
-                    at = f" at step {step}" if step is not None else ""
-                    self._event(
-                        "nan", st.rank, f"loss is {loss}{at}", {"step": step, "loss": str(loss)}
-                    )
-            elif step is not None:
-                st.losses.add(step, loss)
-                acc = self._sums.get(step)
-                if acc is None:
-                    acc = self._sums[step] = [0.0, 0]
-                acc[0] += loss
-                acc[1] += 1
+            if not math.isfinite(loss) and st.nonfinite is None:
+                st.nonfinite = "nan" if math.isnan(loss) else "inf"
+                at = f" at step {step}" if step is not None else ""
+                self._event(
+                    "nan", st.rank, f"loss is {loss}{at}", {"step": step, "loss": str(loss)}
+                )
+        self.series.add(st.rank, step, metric_values(loss, extra))
 
     def _read_log(self, st: RankState, text: str) -> None:
         if len(text) == st._shown:
@@ -245,9 +236,10 @@ class Collector:
             if state != st.state:
                 old, st.state = st.state, state
                 if state == ev.OK:
-                    if st.outcome is None:
-                        self._event("recovered", r, f"{old} -> ok", {})
-                else:
+                    self._event("recovered", r, f"{old} -> ok", {})
+                elif state == ev.FAILED:
+                    self._event("failed", r, st.error or "its cell raised", {})
+                elif state not in (ev.DONE, ev.STOPPED):  # said by the run's own end
                     kind = "died" if state == ev.DEAD else state
                     self._event(kind, r, _why(st, state, now), {})
 
@@ -287,33 +279,29 @@ class Collector:
 
     def settle_mean(self, final: bool = False) -> None:
         """Fold the steps that every live reporting rank has passed (every step, when
-        ``final``) into the mean curve, in step order; each new point goes to ``on_mean``.
-        A step waits for lagging ranks, but never more than ``_MAX_PENDING_MEAN`` steps."""
-        if not self._sums:
-            return
+        ``final``) into the means (``series.settle``)."""
         live = [
             s.step
             for s in self.ranks.values()
             if s.step is not None and s.state not in (ev.SILENT, ev.DEAD) and s.outcome is None
         ]
-        steps = sorted(self._sums)
-        upto = steps[-1] if final or not live else min(live)
-        if len(steps) > _MAX_PENDING_MEAN:
-            upto = max(upto, steps[len(steps) - _MAX_PENDING_MEAN])
-        for step in steps:
-            if step > upto:
-                break
-            total, count = self._sums.pop(step)
-            if self.mean.x and step <= self.mean.x[-1]:
-                continue  # a late report for a step already settled
-            value = total / count
-            self.mean.add(step, value)
-            if self.on_mean is not None:
-                self.on_mean(step, value)
+        self.series.settle(min(live) if live else math.inf, final=final)
 
     def mean_loss(self) -> float | None:
         """The latest settled mean loss over ranks."""
-        return self.mean.last()
+        return self.series.last("loss")
+
+
+def ending(rank: int, out: CellOutcome) -> tuple[str, str | None]:
+    """How a rank's cell ended, as its final state and (when it failed by itself) its error:
+    a rank that stopped because a peer failed, or was interrupted, is stopped, not failed."""
+    if out.ok:
+        return ev.DONE, None
+    if out.kind in ("died", "hung"):
+        return ev.DEAD, out.summary or None
+    if out.kind in ("interrupted", "timeout") or RankFailure(rank, out.summary).bystander:
+        return ev.STOPPED, None
+    return ev.FAILED, out.summary or None
 
 
 def _why(st: RankState, state: str, now: float) -> str:

@@ -1,12 +1,13 @@
 """The live dashboard under a ``%%distributed`` cell: the kernel's half.
 
-The browser draws it (``widget.DashboardWidget``, an anywidget whose ES module is
+The browser draws it (``widget.DashboardWidget``, an anywidget whose ES module is built from
 ``static/dashboard.js``); the kernel keeps the state and sends what is new, a few times a
-second, as one small message: points appended to each curve, worker rows that changed, new
-events, log tails that moved (``_delta``). A view that appears later (a second view, a notebook
-reopened while the kernel lives) starts from ``history``, a decimated copy of everything,
-refreshed every few seconds and at the end; every message carries a sequence number, so the
-browser never applies the same points twice. No matplotlib runs while the cell runs.
+second, as one small message: points appended to each metric's curves (per rank and the mean),
+worker rows that changed, new events, log tails that moved (``_delta``). A view that appears
+later (a second view, a notebook reopened while the kernel lives) starts from ``history``, a
+decimated copy of everything, refreshed every few seconds and at the end; every message carries
+a sequence number, so the browser never applies the same points twice. No matplotlib runs
+while the cell runs.
 
 When the cell ends the output keeps the widget and gains one static PNG of it (``charts``), which
 renderers without widgets (GitHub, nbconvert, a notebook reopened without a kernel) show.
@@ -21,12 +22,17 @@ import math
 from typing import Any
 
 from ...config import TelemetryConfig
-from ...telemetry.events import MetricRecord, RunEvent
+from ...telemetry.curves import Curve, Outbox, decimated
+from ...telemetry.events import RunEvent
+from ...telemetry.format import fmt, fmt_duration
+from ...telemetry.series import RunSeries
 from .collector import Collector, RankState
-from .curves import Curve, Outbox, decimated
 
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
-_HISTORY_POINTS = 4000  # points per history, shared among the ranks' curves
+# points of a metric in a history (its mean's, and shared among its ranks' curves): the loss
+# chart is the large one; the others are small multiples (and the browser keeps adding points)
+_HISTORY_POINTS = 2000
+_HISTORY_POINTS_OTHER = 500
 _EVENTS_KEPT = 50
 
 
@@ -43,15 +49,17 @@ def _num(x: Any) -> float | int | None:
     return x if math.isfinite(x) else None
 
 
-def rank_row(st: RankState, now: float) -> dict:
-    """One worker-table row, as plain data (the browser and the final picture share it)."""
+def rank_row(st: RankState, now: float, zero_based: bool) -> dict:
+    """One worker-table row, as plain data (the browser and the final picture share it).
+    ``steps``: the steps this rank has done, counted as the run's progress is."""
     h = st.health  # a HealthSample, or None before the first
     loss: Any = st.nonfinite if st.nonfinite is not None else _num(st.loss)
     return {
         "rank": st.rank,
         "host": st.host or "",
         "state": st.state,
-        "step": st.step,
+        "error": st.error,
+        "steps": None if st.step is None else st.step + (1 if zero_based else 0),
         "loss": loss,
         "step_ms": _num(st.step_time and st.step_time * 1000),
         "cpu": _num(h and h.cpu),
@@ -61,8 +69,11 @@ def rank_row(st: RankState, now: float) -> dict:
         "comm": _num(h and h.comm_share is not None and h.comm_share * 100),
         "stage": str(h.pipeline) if h and h.pipeline else None,  # a pipeline's: "0/2", "1/2 r1"
         "idle": _num(h and h.idle_share is not None and h.idle_share * 100),
-        # whole seconds: a row is sent again when something a person would notice changed
-        "quiet": None if st.last_seen is None else round(max(0.0, now - st.last_seen)),
+        # whole seconds: a row is sent again when something a person would notice changed;
+        # an ended rank is not quiet, it is done
+        "quiet": None
+        if st.last_seen is None or st.outcome is not None
+        else round(max(0.0, now - st.last_seen)),
     }
 
 
@@ -75,19 +86,27 @@ class Dashboard:
 
     ``show()`` puts the widget under the cell; ``update()`` (every ``ui_interval``) sends what
     changed; ``finish()`` sends the rest, refreshes the history and adds the static picture.
+    ``log_ranks``: the ranks whose output is not shown under the cell, so the board shows their
+    last lines (rank 0's, printed below the board already, are not repeated).
     """
 
-    def __init__(self, title: str, cfg: TelemetryConfig | None = None):
+    def __init__(
+        self,
+        title: str,
+        cfg: TelemetryConfig | None = None,
+        log_ranks: frozenset[int] | None = None,
+    ):
         self.cfg = cfg or TelemetryConfig()
         self.title = title
+        self.log_ranks = log_ranks
         self.widget = None
         self._handle = None
         self.seq = 0
         self.updates = 0
         self.sent_bytes = 0  # what the kernel sent the browser (the benchmark reads it)
         self.rate = Curve(2000)  # (seconds since start, samples/s), from the first figure on
-        self._loss_out: dict[int, Outbox] = {}
-        self._mean_out = Outbox()
+        self._out: dict[str, dict[int, Outbox]] = {}  # metric -> rank -> points to send
+        self._mean_out: dict[str, Outbox] = {}  # metric -> mean points to send
         self._rate_out = Outbox()
         self._rows: dict[int, dict] = {}
         self._rows_sent: dict[int, dict] = {}
@@ -97,19 +116,23 @@ class Dashboard:
         self._records_seen = 0
         self.rows: list[dict] = []  # the latest table, as data
 
-    # -- feeding: called by the monitor as records arrive -------------------------------------
-    def add_records(self, rank: int, recs: list[MetricRecord]) -> None:
-        """New metric records of ``rank``: their finite losses go out with the next update."""
-        out = self._loss_out.get(rank)
-        if out is None:
-            out = self._loss_out[rank] = Outbox()
-        for rec in recs:
-            if rec.step is not None and _num(rec.loss) is not None:
-                out.add(rec.step, rec.loss)
+    # -- feeding: called by the monitor as points arrive (the collector's series) -------------
+    def add_point(self, name: str, rank: int, step: float, value: float) -> None:
+        """A new point of ``rank``'s ``name`` curve: it goes out with the next update."""
+        boxes = self._out.get(name)
+        if boxes is None:
+            boxes = self._out[name] = {}
+        box = boxes.get(rank)
+        if box is None:
+            box = boxes[rank] = Outbox()
+        box.add(step, value)
 
-    def add_mean(self, step: int, value: float) -> None:
-        """A newly settled point of the mean loss."""
-        self._mean_out.add(step, value)
+    def add_mean(self, name: str, step: float, value: float) -> None:
+        """A newly settled point of the mean of ``name`` over ranks."""
+        box = self._mean_out.get(name)
+        if box is None:
+            box = self._mean_out[name] = Outbox()
+        box.add(step, value)
 
     # -- display ------------------------------------------------------------------------------
     def show(self, col: Collector) -> None:
@@ -129,17 +152,24 @@ class Dashboard:
 
     # -- updating -----------------------------------------------------------------------------
     def update(
-        self, col: Collector, events: list[RunEvent], status: str, final: bool = False
+        self,
+        col: Collector,
+        events: list[RunEvent],
+        status: str,
+        final: bool = False,
+        now: float | None = None,
     ) -> None:
-        """Send the browser what changed since the last update (nothing, if nothing did)."""
-        now = col.clock()
+        """Send the browser what changed since the last update (nothing, if nothing did);
+        ``now``: the time the head's elapsed time is taken at (the run's end, at the end)."""
+        now = col.clock() if now is None else now
         self.updates += 1
         rate = col.samples_per_s()
         if rate is not None and col.records != self._records_seen:  # a new figure, not a repeat
             self._records_seen = col.records
             self.rate.add(round(now - col.started, 3), rate)
             self._rate_out.add(round(now - col.started, 3), rate)
-        self.rows = [rank_row(st, now) for _, st in sorted(col.ranks.items())]
+        zero_based = col.first_step == 0
+        self.rows = [rank_row(st, now, zero_based) for _, st in sorted(col.ranks.items())]
         self._rows = {row["rank"]: row for row in self.rows}
         if self.widget is None:
             return
@@ -155,29 +185,43 @@ class Dashboard:
             self.sent_bytes += _size(delta)
 
     def _head(self, col: Collector, status: str, now: float, rate: float | None) -> dict:
-        done, total = col.done(), col.total
         return {
             "title": self.title,
             "status": status,
-            "step": done,
-            "done": done,
-            "total": total,
+            "steps": col.done(),
+            "total": col.total,
             "eta": _num(col.eta()) if status == "running" else None,
             "rate": _num(rate),
             "mean_loss": _num(col.mean_loss()),
             "elapsed": round(now - col.started, 1),
             "ranks": len(col.ranks),
+            "dropped": col.series.dropped,  # metrics past the charted limit
+        }
+
+    def _logs(self, col: Collector) -> dict[int, tuple]:
+        """The last lines of the ranks whose output the cell does not show."""
+        return {
+            r: tuple(st.log)
+            for r, st in col.ranks.items()
+            if st.log and (self.log_ranks is None or r in self.log_ranks)
         }
 
     def _delta(self, col: Collector, events: list[RunEvent]) -> dict:
         out: dict[str, Any] = {}
-        loss = {r: pts for r, box in self._loss_out.items() if (pts := box.take())}
-        if loss:
-            out["loss"] = {str(r): [xs, ys] for r, (xs, ys) in loss.items()}
-        for key, box in (("mean", self._mean_out), ("rate", self._rate_out)):
+        metrics: dict[str, dict] = {}
+        for name, boxes in self._out.items():
+            ranks = {str(r): list(pts) for r, box in boxes.items() if (pts := box.take())}
+            if ranks:
+                metrics.setdefault(name, {})["ranks"] = ranks
+        for name, box in self._mean_out.items():
             pts = box.take()
             if pts:
-                out[key] = list(pts)
+                metrics.setdefault(name, {})["mean"] = list(pts)
+        if metrics:
+            out["metrics"] = metrics
+        pts = self._rate_out.take()
+        if pts:
+            out["rate"] = list(pts)
         rows = [row for r, row in self._rows.items() if self._rows_sent.get(r) != row]
         if rows:
             out["rows"] = rows
@@ -185,51 +229,57 @@ class Dashboard:
         if len(events) > self._events_sent:
             out["events"] = [event_dict(e) for e in events[self._events_sent :]]
             self._events_sent = len(events)
-        logs = {}
-        for r, st in col.ranks.items():
-            tail = tuple(st.log)
-            if tail and self._logs_sent.get(r) != tail:
-                logs[str(r)] = list(tail)
-                self._logs_sent[r] = tail
-        if logs:
-            out["logs"] = logs
+        moved = {r: tail for r, tail in self._logs(col).items() if self._logs_sent.get(r) != tail}
+        if moved:
+            out["logs"] = {str(r): list(tail) for r, tail in moved.items()}
+            self._logs_sent.update(moved)
         return out
 
     def _refresh_history(self, col: Collector, events: list[RunEvent], status: str, now: float):
         """Everything so far, decimated: where a view that appears now starts."""
         self._last_history = now
-        for box in (*self._loss_out.values(), self._mean_out, self._rate_out):
+        for box in (
+            *(b for boxes in self._out.values() for b in boxes.values()),
+            *self._mean_out.values(),
+            self._rate_out,
+        ):
             box.take()  # in the history now
         self._rows_sent = dict(self._rows)
         self._events_sent = len(events)
-        self._logs_sent = {r: tuple(st.log) for r, st in col.ranks.items()}
-        per_rank = max(50, _HISTORY_POINTS // max(1, len(col.ranks)))
+        self._logs_sent = self._logs(col)
+        series = col.series
         self.seq += 1
         history = {
             "kind": "history",
             "seq": self.seq,
-            "loss": {str(r): decimated(st.losses, per_rank) for r, st in sorted(col.ranks.items())},
-            "mean": decimated(col.mean, 2000),
+            "metrics": {name: _history_of(series, name) for name in series.names},
             "rate": decimated(self.rate, 1000),
             "rows": self.rows,
             "events": [event_dict(e) for e in events[-_EVENTS_KEPT:]],
-            "logs": {str(r): list(st.log) for r, st in col.ranks.items()},
+            "logs": {str(r): list(tail) for r, tail in self._logs_sent.items()},
         }
         if self.widget is not None:
             self.widget.history = history
             self.sent_bytes += _size(history)
 
     # -- the end ------------------------------------------------------------------------------
-    def finish(self, col: Collector, events: list[RunEvent], status: str) -> bytes:
-        """Final update; the output keeps the live widget and gains a static picture of it."""
+    def finish(self, col: Collector, events: list[RunEvent], status: str, ended: float) -> bytes:
+        """Final update, its elapsed time taken at ``ended`` (the run's end, as the run store
+        has it); the output keeps the live widget and gains a static picture of it."""
         from . import charts
 
-        self.update(col, events, status, final=True)
+        self.update(col, events, status, final=True, now=ended)
+        series = col.series
         png = charts.dashboard_picture(
             title=f"{self.title} · {status}",
             summary=_summary_line(self.widget.head if self.widget else {}),
-            ranks=[(r, st.losses.x, st.losses.y) for r, st in sorted(col.ranks.items())],
-            mean=(col.mean.x, col.mean.y),
+            metrics={
+                name: (
+                    [(r, c.x, c.y) for r, c in sorted(series.ranks[name].items())],
+                    (series.mean[name].x, series.mean[name].y),
+                )
+                for name in series.names
+            },
             rate=(self.rate.x, self.rate.y),
             rows=self.rows,
             events=[(e.kind, e.rank, e.message) for e in events[-5:]],
@@ -237,6 +287,17 @@ class Dashboard:
         if self._handle is not None:
             self._handle.update(self._bundle(png), raw=True)
         return png
+
+
+def _history_of(series: RunSeries, name: str) -> dict:
+    """One metric's curves as a history sends them: decimated to a few thousand points."""
+    points = _HISTORY_POINTS if name == "loss" else _HISTORY_POINTS_OTHER
+    ranks = series.ranks[name]
+    per_rank = max(50, points // max(1, len(ranks)))
+    return {
+        "ranks": {str(r): decimated(c, per_rank) for r, c in sorted(ranks.items())},
+        "mean": decimated(series.mean[name], points),
+    }
 
 
 def _size(msg: dict) -> int:
@@ -247,12 +308,12 @@ def _size(msg: dict) -> int:
 
 def _summary_line(head: dict) -> str:
     parts = []
-    if head.get("step") is not None:
+    if head.get("steps") is not None:
         total = head.get("total")
-        parts.append(f"step {head['step']}" + (f" / {total}" if total else ""))
+        parts.append(f"{head['steps']:,}" + (f" / {total:,}" if total else "") + " steps")
     if head.get("rate") is not None:
         parts.append(f"{head['rate']:,.0f} samples/s")
     if head.get("mean_loss") is not None:
-        parts.append(f"mean loss {head['mean_loss']:.4g}")
-    parts.append(f"{head.get('elapsed', 0):.0f} s")
+        parts.append(f"loss {fmt(head['mean_loss'])}")
+    parts.append(fmt_duration(head.get("elapsed", 0)))
     return " · ".join(parts)

@@ -1,20 +1,22 @@
 """Every ``%%distributed`` run, kept: ``runs()`` lists them, ``compare()`` plots them together.
 
 ``runs()`` returns the kept runs (each a ``Run``: its record, ``run.metrics()`` as plain data or a
-pandas DataFrame, ``run.health()``, ``run.events()``, ``run.loss_curve()``); ``compare(a, b, ...)``
-plots their loss curves on one matplotlib Figure. All of it reads the run store
-(``telemetry.store``); the live side, which writes it, is ``run.monitor.RunMonitor``.
+pandas DataFrame, every reported metric a column; ``run.health()``, ``run.events()``,
+``run.curve("acc")``); ``compare(a, b, metric="acc", log=False)`` plots one metric of several
+runs on one matplotlib Figure. All of it reads the run store (``telemetry.store``), folded into
+curves as the boards and the sidebar fold them (``telemetry.series``); the live side, which
+writes it, is ``run.monitor.RunMonitor``.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import UsageError
+from ...telemetry.series import RunSeries, fold_rows
 from ...telemetry.store import RunStore
 
 
@@ -61,16 +63,24 @@ class Run:
         """The run's events, oldest first."""
         return self.store.events(self.id)
 
+    def series(self) -> RunSeries:
+        """Every metric of the run, per rank and the mean over ranks, as the boards draw them
+        (at most a few thousand points each, spikes kept)."""
+        series = RunSeries()
+        fold_rows(series, self.store.metrics(self.id))
+        series.settle(final=True)
+        return series
+
+    def curve(self, metric: str = "loss") -> tuple[list, list]:
+        """The mean of ``metric`` over ranks at each step: (steps, values)."""
+        series = self.series()
+        _known(self, series, metric)
+        mean = series.mean[metric]
+        return mean.x, mean.y
+
     def loss_curve(self) -> tuple[list, list]:
         """Mean loss over ranks at each step: (steps, losses)."""
-        acc: dict[int, list] = {}
-        for r in self.store.metrics(self.id):
-            if r["step"] is not None and r["loss"] is not None:
-                a = acc.setdefault(r["step"], [0.0, 0])
-                a[0] += r["loss"]
-                a[1] += 1
-        steps = sorted(acc)
-        return steps, [acc[s][0] / acc[s][1] for s in steps]
+        return self.curve("loss")
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(repr(self))
@@ -146,38 +156,56 @@ def _figure_class() -> type:
     return _Figure
 
 
-def compare(*run_refs: Any, store: RunStore | None = None, per_rank: bool = False) -> Any:
-    """Plot the loss curves of several runs together (mean over ranks; each rank with
-    ``per_rank=True``). Takes ``Run`` objects, run ids or a sweep's trials
-    (``nbdist.trials().best(3)``); returns the matplotlib Figure."""
+def compare(
+    *run_refs: Any,
+    metric: str = "loss",
+    log: bool = False,
+    per_rank: bool = False,
+    store: RunStore | None = None,
+) -> Any:
+    """Plot one metric of several runs together: the mean over ranks (each rank with
+    ``per_rank=True``), on a log axis with ``log=True``. Takes ``Run`` objects, run ids or a
+    sweep's trials (``nbdist.trials().best(3)``); returns the matplotlib Figure."""
     _Figure = _figure_class()
     if len(run_refs) == 1 and isinstance(run_refs[0], Sequence):
         run_refs = tuple(run_refs[0])
     if not run_refs:
         raise UsageError("compare() needs at least one run: compare(run_a, run_b) or ids")
+    if not isinstance(metric, str) or not metric:
+        raise UsageError(f"compare(metric=...) takes a metric's name, like 'acc', not {metric!r}")
     store = store or RunStore()
     chosen = [_run(r, store) for r in run_refs]
+    folded = [(run, run.series()) for run in chosen]
+    for run, series in folded:
+        _known(run, series, metric)
     fig = _Figure(figsize=(8, 4), dpi=90)
     ax = fig.add_subplot()
-    for run in chosen:
+    lows = []
+    for run, series in folded:
         label = f"run {run.id}" + (
             f" {run['label'] or run['name']}" if run["label"] or run["name"] else ""
         )
-        if per_rank:
-            by_rank: dict[int, tuple[list, list]] = {}
-            for r in store.metrics(run.id):
-                if r["step"] is not None and r["loss"] is not None and math.isfinite(r["loss"]):
-                    s, v = by_rank.setdefault(r["rank"], ([], []))
-                    s.append(r["step"])
-                    v.append(r["loss"])
-            for rank, (s, v) in sorted(by_rank.items()):
-                ax.plot(s, v, lw=0.8, label=f"{label} rank {rank}")
-        else:
-            steps, losses = run.loss_curve()
-            ax.plot(steps, losses, lw=1.5, label=label)
+        curves = (
+            [(f"{label} rank {r}", c) for r, c in sorted(series.ranks[metric].items())]
+            if per_rank
+            else [(label, series.mean[metric])]
+        )
+        for name, c in curves:
+            ax.plot(c.x, c.y, lw=0.8 if per_rank else 1.5, label=name)
+            lows.extend(c.y)
+    if log:
+        ax.set_yscale("log" if lows and min(lows) > 0 else "symlog")
     ax.set_xlabel("step")
-    ax.set_ylabel("loss")
+    ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("loss: " + " vs ".join(f"run {r.id}" for r in chosen))
+    legend = ax.legend(fontsize=8)
+    for text in legend.get_texts():
+        text.set_parse_math(False)
+    ax.set_title(f"{metric}: " + " vs ".join(f"run {r.id}" for r in chosen), parse_math=False)
     return fig
+
+
+def _known(run: Run, series: RunSeries, metric: str) -> None:
+    if metric not in series.mean:
+        reported = ", ".join(series.names) or "nothing"
+        raise UsageError(f"run {run.id} has no metric {metric!r}: it reported {reported}")

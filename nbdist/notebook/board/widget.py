@@ -1,10 +1,11 @@
 """The dashboard's widget: state in Python, drawn by the browser (anywidget).
 
-``static/dashboard.js`` is the whole front end (charts, table, events, logs: no dependencies,
-nothing fetched at run time) and ``static/dashboard.css`` its look, in JupyterLab's theme
-colours. Two synced traits carry what a view starts from: ``head`` (progress, status; tiny,
-replaced at each update) and ``history`` (everything so far, decimated; refreshed every few
-seconds). Between refreshes, ``Dashboard`` sends deltas as custom messages.
+Each board's front end is one ES module and one stylesheet, built by ``jlpm build`` (so by
+``pip install``) from ``static/`` with what it imports (the sidebar's chart and number formats,
+uPlot) into ``static/built/``: nothing is fetched at run time. Two synced traits carry what a
+view starts from: ``head`` (progress, status; tiny, replaced at each update) and ``history``
+(everything so far, decimated; refreshed every few seconds). Between refreshes the kernel sends
+deltas as custom messages.
 """
 
 from __future__ import annotations
@@ -15,20 +16,29 @@ from pathlib import Path
 import anywidget
 import traitlets
 
+from ...errors import UsageError
+
 _STATIC = Path(__file__).with_name("static")
+_BUILT = _STATIC / "built"
 
 
-def module(name: str) -> str:
-    """A board's ES module: the helpers both boards share (``static/common.js``: curves by the
-    kernel's rule, formats, ticks, text-only DOM helpers), then the board's own code."""
-    return "\n".join((_STATIC / f).read_text() for f in ("common.js", name))
+def built(name: str) -> str:
+    """The text of a built board file (``dashboard.js``, ``sweep.css``...), or a one-line error
+    that says how to build it (a source checkout installed without its front end)."""
+    path = _BUILT / name
+    if not path.is_file():
+        raise UsageError(
+            f"nbdist's boards are not built ({path} is missing): reinstall nbdist "
+            "(pip install -e .), or run `jlpm build:boards` in extension/"
+        )
+    return path.read_text()
 
 
 class DashboardWidget(anywidget.AnyWidget):
     """One run's live dashboard (see ``nbdist.notebook.board.dashboard.Dashboard``)."""
 
-    _esm = module("dashboard.js")
-    _css = _STATIC / "dashboard.css"
+    _esm = built("dashboard.js")
+    _css = built("dashboard.css")
     head = traitlets.Dict().tag(sync=True)
     history = traitlets.Dict().tag(sync=True)
 
@@ -37,8 +47,8 @@ class SweepWidget(anywidget.AnyWidget):
     """A sweep's live board (see ``nbdist.notebook.sweeps.board.SweepBoard``): ``head`` (status,
     counts of trials by state, the best trial) and ``history`` as ``DashboardWidget``'s."""
 
-    _esm = module("sweep.js")
-    _css = _STATIC / "sweep.css"
+    _esm = built("sweep.js")
+    _css = built("sweep.css")
     head = traitlets.Dict().tag(sync=True)
     history = traitlets.Dict().tag(sync=True)
 

@@ -25,10 +25,12 @@ from ...config import CellOptions, TelemetryConfig
 from ...errors import DistributedCellError, RankFailure, UsageError
 from ...telemetry import events as ev
 from ...telemetry.events import MetricRecord, RunEvent, WorkerHealth
+from ...telemetry.format import fmt_duration
 from ...telemetry.store import RunStore
 from ...telemetry.writer import StoreWriter
 from ..board.collector import Collector, RankFeed, quiet_for
 from .observers import Phase
+from .supervisor import shows_output_of
 
 _active: RunMonitor | None = None
 _last: RunMonitor | None = None
@@ -72,10 +74,15 @@ class RunMonitor:
     ):
         self.cfg = cfg or TelemetryConfig()
         ranks = list(opts.ranks) if opts.ranks is not None else [s.rank for s in cluster.slots]
-        self.collector = Collector(ranks, self.cfg, total=total)
+        # one start and (at close) one end, so the run's length reads the same everywhere
+        self.started = time.time()
+        self.collector = Collector(ranks, self.cfg, total=total, started=self.started)
         self.collector.on_records = self._on_records
         self.collector.on_event = self._record
-        self.collector.on_mean = self._on_mean
+        self.collector.series.on_point = self._on_point
+        self.collector.series.on_mean = self._on_mean
+        # the board shows the last lines of the ranks whose output is not printed under the cell
+        self.log_ranks = frozenset(r for r in ranks if not shows_output_of(opts, r, ranks[0]))
         self.name = name
         self.phase = Phase.STARTING
         self.status = "running"  # what the dashboard shows: running, recovering, then the end
@@ -103,6 +110,7 @@ class RunMonitor:
             label=label,
             cluster_id=str(getattr(cluster.engines, "cluster_id", "") or ""),
             total=total,
+            started=self.started,
         )
         self._check_store()
         # A cell that visibly reports gets its dashboard at its first poll (above its output);
@@ -142,29 +150,30 @@ class RunMonitor:
         return False
 
     def close(self, status: str, failures: list[dict] | None = None) -> None:
-        """End the run: final dashboard (with its picture), final rows, the run's status."""
+        """End the run: each rank's final state, the final dashboard (with its picture) and
+        rows, the run's status; its end time is taken once, here, for all of them."""
+        ended = time.time()
         self.status = status
         col = self.collector
-        for st in col.ranks.values():
+        for st in col.ranks.values():  # still going when the run ended: stopped by its end
             if st.outcome is None:
-                st.outcome = "ok" if status == "ok" else "failed"
+                st.outcome = ev.DONE if status == "ok" else ev.STOPPED
         col.update_states()
         col.settle_mean(final=True)
-        self.on_event(
-            "finished" if status == "ok" else status,
-            None,
-            f"{status} after {time.time() - col.started:.1f} s",
-            {},
-        )
+        message = f"{status} after {fmt_duration(ended - self.started)}"
+        cause = next((f for f in failures or () if not _bystander(f)), None)
+        if cause is not None:
+            message += f": rank {cause['rank']}: {cause['summary']}"
+        self.on_event("finished" if status == "ok" else status, None, message, {})
         if self.dashboard is None and self.want_dashboard and col.records:
             self._show()
         if self.dashboard is not None:
-            self.dashboard.finish(col, self.events, status)
+            self.dashboard.finish(col, self.events, status, ended)
             self._note_latency()
         self._write_health(force=True)
         if self.run_id is not None:
             self.writer.update_run(self.run_id, **self._summary())
-            self.writer.end_run(self.run_id, status, failures or [])
+            self.writer.end_run(self.run_id, status, failures or [], ended)
         self.writer.close()
         if self.tb is not None:
             self.tb.close()
@@ -178,7 +187,7 @@ class RunMonitor:
         col.poll(ranks)
         # A rank that just died is judged, written and flushed at once, whatever the pace of
         # updates: the cell may end before the next one, and the sidebar shows it within 1 s.
-        if any(st.outcome == "died" and st.state != ev.DEAD for st in col.ranks.values()):
+        if any(st.outcome == ev.DEAD and st.state != ev.DEAD for st in col.ranks.values()):
             col.update_states()
             self._write_health(force=True)
             self.writer.flush_soon()
@@ -233,7 +242,9 @@ class RunMonitor:
         from ..board.dashboard import Dashboard
 
         title = f"nbdist run {self.run_id}" if self.run_id is not None else "nbdist run"
-        self.dashboard = Dashboard(title + (f" ({self.name})" if self.name else ""), self.cfg)
+        self.dashboard = Dashboard(
+            title + (f" ({self.name})" if self.name else ""), self.cfg, self.log_ranks
+        )
         self.dashboard.show(self.collector)
 
     def _note_latency(self) -> None:
@@ -261,8 +272,6 @@ class RunMonitor:
             )
 
     def _on_records(self, rank: int, recs: list[MetricRecord]) -> None:
-        if self.dashboard is not None:
-            self.dashboard.add_records(rank, recs)
         if self.run_id is not None:
             self.writer.add_metrics(self.run_id, rank, recs)
         if self.tb is not None:
@@ -274,12 +283,17 @@ class RunMonitor:
                 for k, v in (rec.extra or {}).items():
                     self.tb.add_scalar(f"{k}/rank{rank}", v, rec.step, walltime=rec.time)
 
-    def _on_mean(self, step: int, value: float) -> None:
-        """A newly settled point of the mean loss over ranks."""
+    def _on_point(self, name: str, rank: int, step: float, value: float) -> None:
+        """A new point of one rank's curve of ``name``."""
         if self.dashboard is not None:
-            self.dashboard.add_mean(step, value)
+            self.dashboard.add_point(name, rank, step, value)
+
+    def _on_mean(self, name: str, step: float, value: float) -> None:
+        """A newly settled point of the mean of ``name`` over ranks."""
+        if self.dashboard is not None:
+            self.dashboard.add_mean(name, step, value)
         if self.tb is not None:
-            self.tb.add_scalar("loss/mean", value, step)
+            self.tb.add_scalar(f"{name}/mean", value, step)
 
     def _write_health(self, force: bool = False) -> None:
         now = time.time()
@@ -333,6 +347,10 @@ class RunMonitor:
                 file=sys.stderr,
                 flush=True,
             )
+
+
+def _bystander(failure: Mapping[str, Any]) -> bool:
+    return RankFailure(failure["rank"], failure["summary"], kind=failure["kind"]).bystander
 
 
 def _tensorboard(logdir: str) -> Any:

@@ -101,6 +101,12 @@ def attempt(
 Attempt = Callable[[Ranks, Program, CellOptions, str, bool, "list[RunObserver] | None"], CellReport]
 
 
+def shows_output_of(opts: CellOptions, rank: int, main_rank: int) -> bool:
+    """Is ``rank``'s output printed under the cell (``main_rank``: the cell's first)? The
+    board shows the last lines of the others."""
+    return not opts.quiet and (opts.all_output or rank == main_rank)
+
+
 class CellRun:
     """One cell on a set of ranks, from sending to the last output line."""
 
@@ -163,7 +169,7 @@ class CellRun:
 
     # -- output ---------------------------------------------------------------------------
     def _visible(self, r: int) -> bool:
-        return not self.opts.quiet and (self.opts.all_output or r == self.main_rank)
+        return shows_output_of(self.opts, r, self.main_rank)
 
     def _stream(self, rk: RankRun, final: bool = False) -> None:
         md = rk.ar.metadata  # filled in by the client as iopub messages arrive

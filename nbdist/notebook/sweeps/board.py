@@ -1,16 +1,18 @@
 """The live board of a hyperparameter sweep: the kernel's half (issue 17).
 
 The sweep's loop drives it: ``set_trial`` for a row of the trials table, ``add_points`` for new
-points of a trial's loss (and samples/s) curve, ``update`` often (it sends at most about four
-times a second unless forced) and ``finish`` once. The browser draws it
-(``board.widget.SweepWidget``, an anywidget whose ES module is ``board/static/sweep.js``): one
-curve per trial, coloured by trial, and the table.
+points of one of a trial's curves (each metric its main rank reports, and ``RATE``, its
+samples/s), ``update`` often (it sends at most about four times a second unless forced) and
+``finish`` once. The browser draws it (``board.widget.SweepWidget``, an anywidget built from
+``board/static/sweep.js``): a chart per metric with one curve per trial, coloured by trial, and
+the table.
 
 As the run dashboard does (``board.dashboard.Dashboard``), the kernel sends only what changed, as
 one custom message per update (points appended to each trial's curves, the rows that changed),
 and keeps ``history``, a decimated copy of everything, refreshed every few seconds and at the
 end, where a view that appears later starts. Curves are ``board.curves.Curve`` (bounded, min/max
-buckets), so a trial of a million steps costs what one of a thousand does. When the sweep ends
+buckets; at most ``MAX_METRICS`` metrics), so a trial of a million steps costs what one of a
+thousand does. When the sweep ends
 the output keeps the widget and gains one static PNG of the board, for renderers without widgets.
 
 Everything sent is plain data: numbers finite or None (a NaN loss travels as the text "nan"),
@@ -24,9 +26,12 @@ import math
 import time
 from typing import Any
 
-from ..board.curves import Curve, Outbox, decimated
+from ...telemetry.curves import Curve, Outbox, decimated
+from ...telemetry.format import fmt, fmt_duration
+from ...telemetry.series import MAX_METRICS
 
 STATES = ("queued", "running", "done", "failed", "stopped")
+RATE = "samples/s"  # the name of a trial's throughput curve
 _SEND_EVERY = 0.25  # seconds between updates that are not forced
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
 _HISTORY_POINTS = 4000  # points per history and chart, shared among the trials' curves
@@ -78,8 +83,8 @@ class SweepBoard:
         self._ended: float | None = None  # when finish() was called: the elapsed time stops
         self._rows: dict[int, dict] = {}
         self._rows_sent: dict[int, dict] = {}
-        self._curves: dict[str, dict[int, Curve]] = {"loss": {}, "rate": {}}
-        self._out: dict[str, dict[int, Outbox]] = {"loss": {}, "rate": {}}
+        self._curves: dict[str, dict[int, Curve]] = {"loss": {}, RATE: {}}  # metric -> trial
+        self._out: dict[str, dict[int, Outbox]] = {"loss": {}, RATE: {}}
         self._last_send = -math.inf
         self._last_history = -math.inf
 
@@ -115,27 +120,37 @@ class SweepBoard:
             self._rows[row["trial"]] = row
             self.rows = [self._rows[t] for t in sorted(self._rows)]
 
-    def add_points(
-        self,
-        trial: int,
-        steps: list[int],
-        losses: list[float],
-        rates: list[float | None] | None = None,
-    ) -> None:
-        """New points of ``trial``'s loss curve (non-finite losses are left out) and of its
-        samples/s curve (``rates``, at the same steps; None where there is no figure). The lists
-        are of one length, their steps increasing."""
+    def add_points(self, trial: int, name: str, steps: list[int], values: list[Any]) -> None:
+        """New points of ``trial``'s curve of ``name`` (a metric, or ``RATE``), at increasing
+        steps; values that are not finite numbers are left out. Metrics past ``MAX_METRICS``
+        are not charted."""
         trial = int(trial)
-        for key, ys in (("loss", losses), ("rate", rates)):
-            if ys is None:
-                continue
-            curve = self._curves[key].setdefault(trial, Curve(_CURVE_POINTS))
-            box = self._out[key].setdefault(trial, Outbox())
-            for x, y in zip(steps, ys, strict=True):
-                y = _finite(y)
-                if y is not None:
-                    curve.add(x, y)
-                    box.add(x, y)
+        if name not in self._curves:
+            if len(self._curves) >= MAX_METRICS + 1:  # + the rate
+                return
+            self._curves[name], self._out[name] = {}, {}
+        curve = self._curves[name].setdefault(trial, Curve(_CURVE_POINTS))
+        box = self._out[name].setdefault(trial, Outbox())
+        for x, y in zip(steps, values, strict=True):
+            y = _finite(y)
+            if y is not None:
+                curve.add(x, y)
+                box.add(x, y)
+
+    def add_reports(
+        self, trial: int, points: list[tuple[str, int, float]], rate: float | None
+    ) -> None:
+        """A trial's new ``(metric, step, value)`` points, in step order, and its samples/s
+        now (drawn at the last of their steps)."""
+        by_name: dict[str, tuple[list, list]] = {}
+        for name, step, value in points:
+            steps, values = by_name.setdefault(name, ([], []))
+            steps.append(step)
+            values.append(value)
+        for name, (steps, values) in by_name.items():
+            self.add_points(trial, name, steps, values)
+        if points and rate is not None:
+            self.add_points(trial, RATE, [points[-1][1]], [rate])
 
     def best_trial(self) -> int | None:
         """The trial with the lowest best loss (the lower id on a tie), or None."""
@@ -143,8 +158,8 @@ class SweepBoard:
         return min(scored)[1] if scored else None
 
     def curve(self, key: str, trial: int) -> tuple[list[float], list[float]]:
-        """The kept points of ``trial``'s ``"loss"`` or ``"rate"`` curve."""
-        c = self._curves[key].get(trial)
+        """The kept points of ``trial``'s curve of ``key`` (``"loss"``, ``RATE``, a metric)."""
+        c = self._curves.get(key, {}).get(trial)
         return (c.x, c.y) if c is not None else ([], [])
 
     # -- display ------------------------------------------------------------------------------
@@ -203,10 +218,13 @@ class SweepBoard:
 
     def _delta(self) -> dict:
         out: dict[str, Any] = {}
+        metrics = {}
         for key, boxes in self._out.items():
             pts = {str(t): list(p) for t, box in boxes.items() if (p := box.take())}
             if pts:
-                out[key] = pts
+                metrics[key] = pts
+        if metrics:
+            out["metrics"] = metrics
         rows = [row for t, row in self._rows.items() if self._rows_sent.get(t) != row]
         if rows:
             out["rows"] = rows
@@ -222,9 +240,13 @@ class SweepBoard:
         self._rows_sent = dict(self._rows)
         self.seq += 1
         history: dict[str, Any] = {"kind": "history", "seq": self.seq, "rows": self.rows}
-        for key, curves in self._curves.items():
-            per_trial = max(50, _HISTORY_POINTS // max(1, len(curves)))
-            history[key] = {str(t): decimated(c, per_trial) for t, c in sorted(curves.items())}
+        history["metrics"] = {
+            key: {
+                str(t): decimated(c, max(50, _HISTORY_POINTS // max(1, len(curves))))
+                for t, c in sorted(curves.items())
+            }
+            for key, curves in self._curves.items()
+        }
         self.widget.history = history
         self.sent_bytes += _size(history)
 
@@ -262,7 +284,7 @@ class SweepBoard:
         loss_ax = fig.add_axes((0.07, chart[0], 0.5, chart[1]))
         rate_ax = fig.add_axes((0.65, chart[0], 0.33, chart[1]))
         self._plot(loss_ax, "loss", "loss")
-        self._plot(rate_ax, "rate", "samples/s")
+        self._plot(rate_ax, RATE, "samples/s")
         rate_ax.set_ylim(bottom=0)
         if loss_ax.lines and len(self._rows) <= 12:
             legend = loss_ax.legend(fontsize=7, loc="upper right")
@@ -308,9 +330,11 @@ _COLUMNS = (
 
 def _cell(key: str, value: Any) -> str:
     if value is None or value == "":
-        return "-"
+        return "–"
     if isinstance(value, float):
-        return format(value, ".0f" if key == "samples_per_s" else ".4g")
+        return f"{value:,.0f}" if key == "samples_per_s" else fmt(value)
+    if isinstance(value, int) and key == "step":
+        return f"{value:,}"
     return str(value)[: 60 if key == "note" else 32]
 
 
@@ -339,8 +363,8 @@ def _summary(head: dict, rows: dict[int, dict]) -> str:
     parts = [f"{n} {s}" for s, n in head["counts"].items() if n]
     best = head["best"]
     if best is not None:
-        parts.append(f"best #{best} {rows[best]['label']}: {rows[best]['best']:.4g}")
-    parts.append(f"{head['elapsed']} s")
+        parts.append(f"best #{best} {rows[best]['label']}: {fmt(rows[best]['best'])}")
+    parts.append(fmt_duration(head["elapsed"]))
     return " · ".join(parts)
 
 

@@ -18,7 +18,6 @@ replaced, and the best trial's names stay pullable (``%nbdist pull NAME --trial 
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 import time
 from collections import deque
@@ -28,6 +27,7 @@ from typing import Any
 from ...config import CellOptions
 from ...errors import CellInterrupted, UsageError
 from ...protocol import Program, RankInfo, TrialInfo
+from ...telemetry.series import metric_values
 from ...worker import api
 from .. import session
 from ..cluster import fanout
@@ -59,7 +59,7 @@ class _Trial:
     note: str = ""
     run_id: int | None = None
     stop_note: str = ""  # why the sweep stopped it
-    shown: int = 0  # history points already on the board
+    points: list[tuple[str, int, float]] = field(default_factory=list)  # for the board, not sent
 
     @property
     def label(self) -> str:
@@ -159,7 +159,7 @@ class Sweep:
             except Exception as exc:  # e.g. the block's first engine died while idle
                 self._not_started(t, ranks, fanout.one_line(exc))
                 continue
-            t.ranks, t.state, t.note, t.history, t.shown = ranks, "running", "", [], 0
+            t.ranks, t.state, t.note, t.history, t.points = ranks, "running", "", [], []
             opts = dataclasses.replace(
                 self.opts,
                 ranks=ranks,
@@ -225,7 +225,8 @@ class Sweep:
         }
 
     def _follow(self, t: _Trial) -> None:
-        """Keep the trial's main-rank losses and rate as its monitor folds them."""
+        """Keep the trial's main-rank losses (for the stopping rule) and every metric it
+        reports (for the board) as its monitor folds them."""
         col, main = t.monitor.collector, t.ranks[0]
         fold = col.on_records
 
@@ -234,9 +235,12 @@ class Sweep:
             if rank != main:
                 return
             for rec in recs:
-                loss = rec.loss
-                if rec.step is not None and isinstance(loss, (int, float)) and math.isfinite(loss):
-                    t.history.append((rec.step, float(loss)))
+                if rec.step is None:
+                    continue
+                values = metric_values(rec.loss, rec.extra)
+                if "loss" in values:
+                    t.history.append((rec.step, values["loss"]))
+                t.points.extend((name, rec.step, v) for name, v in values.items())
 
         col.on_records = on_records
 
@@ -313,11 +317,8 @@ class Sweep:
                 samples_per_s=r.samples_per_s,
                 note=t.note,
             )
-            new = t.history[t.shown :]
-            if new:
-                steps, losses = [s for s, _ in new], [v for _, v in new]
-                self.board.add_points(t.id, steps, losses, [t.rate] * len(new))
-                t.shown = len(t.history)
+            self.board.add_reports(t.id, t.points, t.rate)
+            t.points.clear()
         self.board.update(force)
 
     def _finish(self, status: str) -> None:

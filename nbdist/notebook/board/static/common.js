@@ -1,9 +1,12 @@
-// Shared by nbdist's two boards (dashboard.js, sweep.js): each widget's ES module is this
-// file followed by its own (notebook/board/widget.py). Curves decimated by the kernel's rule, number
-// formats, ticks, and DOM helpers that set text as text.
+// Shared by nbdist's two boards (dashboard.js, sweep.js, which import it; extension/build-boards.mjs
+// bundles each into one module). Curves decimated by the kernel's rule, the boards' state in the
+// browser, a view's life, and DOM helpers that set text as text. Numbers are written by
+// extension/src/format.ts, charts drawn by extension/src/chart.ts: the sidebar's own.
 
-const MAX_POINTS = 2000; // per series, kept by decimation
-const PALETTE = [
+import { MetricChart } from "@nbdist/chart";
+
+export const MAX_POINTS = 2000; // per series, kept by decimation
+export const PALETTE = [
   "#1f77b4",
   "#ff7f0e",
   "#2ca02c",
@@ -21,7 +24,7 @@ const PALETTE = [
 // `stride` points, a full bucket keeps its lowest and highest point, and when the series is full
 // it is halved (pairs of buckets merged) and `stride` doubles. Spikes survive; the start of a
 // long run is drawn at the same resolution as its end.
-class Series {
+export class Series {
   constructor(stride = 2) {
     this.x = [];
     this.y = [];
@@ -47,7 +50,7 @@ class Series {
       this.hi = [x, y];
     } else {
       if (y < this.lo[1]) this.lo = [x, y];
-      if (y > this.hi[1]) this.hi = [x, y];
+      if (y >= this.hi[1]) this.hi = [x, y]; // ties: the later point
     }
     if (++this.count >= this.stride) this.close();
   }
@@ -75,7 +78,7 @@ class Series {
       let hi = i;
       for (let j = i; j < Math.min(i + 4, this.x.length); j++) {
         if (this.y[j] < this.y[lo]) lo = j;
-        if (this.y[j] > this.y[hi]) hi = j;
+        if (this.y[j] >= this.y[hi]) hi = j;
       }
       for (const k of lo === hi ? [lo] : lo < hi ? [lo, hi] : [hi, lo]) {
         x.push(this.x[k]);
@@ -105,40 +108,7 @@ class Series {
   }
 }
 
-// -- formatting -----------------------------------------------------------------------------
-function fmt(v, digits = 4) {
-  if (v === null || v === undefined) return "-";
-  if (typeof v === "string") return v;
-  if (!Number.isFinite(v)) return String(v);
-  const a = Math.abs(v);
-  if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(2);
-  return Number(v.toPrecision(digits)).toString();
-}
-function fmtInt(v) {
-  return v === null || v === undefined
-    ? "-"
-    : Math.round(v).toLocaleString("en-US");
-}
-function fmtSecs(s) {
-  if (s === null || s === undefined || !Number.isFinite(s)) return "?";
-  s = Math.round(s);
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  const sec = String(s % 60).padStart(2, "0");
-  return h ? `${h}:${String(m).padStart(2, "0")}:${sec}` : `${m}:${sec}`;
-}
-function niceTicks(lo, hi, count) {
-  if (!(hi > lo)) return [lo];
-  const step0 = (hi - lo) / count;
-  const mag = Math.pow(10, Math.floor(Math.log10(step0)));
-  const step =
-    [1, 2, 5, 10].map((f) => f * mag).find((s) => s >= step0) || step0;
-  const out = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step)
-    out.push(t);
-  return out;
-}
-function el(tag, cls, text) {
+export function el(tag, cls, text) {
   const node = document.createElement(tag);
   if (cls) node.className = cls;
   if (text !== undefined) node.textContent = text;
@@ -149,7 +119,7 @@ function el(tag, cls, text) {
 // The kernel's `history` (everything so far, decimated) replaces it; its custom messages
 // ({kind: "delta", seq}) add what is new. A board's store says what it holds (`reset`) and how a
 // message goes in (`merge`, returning what changed); views subscribe to `views`.
-class BoardStore {
+export class BoardStore {
   constructor(model) {
     this.model = model;
     this.views = new Set();
@@ -184,18 +154,95 @@ class BoardStore {
 
 // One store per model (a notebook may show a board in several views).
 const stores = new WeakMap();
-function storeOf(model, Kind) {
+export function storeOf(model, Kind) {
   if (!stores.has(model)) stores.set(model, new Kind(model));
   return stores.get(model);
 }
 
-// -- a view's life: drawn at the store's news, redrawn on resize (and, for canvases, on a theme
-// switch, whose colours they bake in); the theme is mirrored on the root; undone on removal ----
-function follow(root, charts, store, draw, redraw, redrawOnTheme) {
-  const resize = new ResizeObserver(() => redraw());
-  resize.observe(charts);
+// -- a chart per metric, in a grid ------------------------------------------------------------
+// Each metric's chart appears when the metric is first reported; a chip per metric shows or hides
+// it (the first SHOWN_AT_FIRST are shown; a hidden metric has no chart, so it costs nothing).
+const SHOWN_AT_FIRST = 8;
+
+export class ChartGrid {
+  // options: {sync, xLabel, height}: what every chart of the grid shares
+  constructor(parent, options) {
+    this.options = options;
+    this.node = el("div", "nbdist-grid");
+    this.chips = el("div", "nbdist-grid-chips");
+    this.grid = el("div", "nbdist-grid-charts");
+    this.node.append(this.chips, this.grid);
+    parent.append(this.node);
+    this.charts = new Map(); // metric -> MetricChart
+    this.names = [];
+    this.shown = new Set();
+    this.redraw = () => {};
+  }
+  // `names`, in order; `linesOf(name)`: its chart's lines; `only`: the metrics that changed
+  draw(names, linesOf, only = null) {
+    this.redraw = () => this.draw(this.names, linesOf);
+    if (names.join("\n") !== this.names.join("\n")) {
+      for (const name of names.slice(this.names.length, SHOWN_AT_FIRST))
+        this.shown.add(name);
+      this.names = [...names];
+      this.drawChips();
+    }
+    this.node.style.display = names.length ? "" : "none";
+    for (const name of this.names) {
+      let chart = this.charts.get(name);
+      if (!this.shown.has(name)) {
+        if (chart) chart.destroy();
+        this.charts.delete(name);
+        continue;
+      }
+      if (!chart) {
+        chart = new MetricChart(this.grid, { title: name, ...this.options });
+        chart.node.dataset.metric = name;
+        this.charts.set(name, chart);
+        only = null; // a new chart is drawn whole
+      }
+      if (only === null || only.has(name)) chart.setLines(linesOf(name));
+    }
+    // charts in the order of their metrics
+    for (const name of this.names) {
+      const chart = this.charts.get(name);
+      if (chart) this.grid.append(chart.node);
+    }
+  }
+  drawChips() {
+    this.chips.textContent = "";
+    if (this.names.length < 2) return;
+    for (const name of this.names) {
+      const chip = el("label", "nbdist-chip");
+      const box = el("input");
+      box.type = "checkbox";
+      box.checked = this.shown.has(name);
+      box.addEventListener("change", () => {
+        if (box.checked) this.shown.add(name);
+        else this.shown.delete(name);
+        this.redraw();
+      });
+      chip.append(box, el("span", "", name));
+      this.chips.append(chip);
+    }
+    this.chips.append(
+      el(
+        "span",
+        "nbdist-chip-count",
+        `${this.shown.size} of ${this.names.length} shown`,
+      ),
+    );
+  }
+  destroy() {
+    for (const chart of this.charts.values()) chart.destroy();
+    this.charts.clear();
+  }
+}
+
+// -- a view's life: drawn at the store's news; the theme mirrored on the root (the charts follow
+// the theme and their size themselves); undone on removal --------------------------------------
+export function follow(root, store, draw, undo) {
   const theme = new MutationObserver(() => {
-    if (redrawOnTheme) redraw();
     root.dataset.theme = document.body.dataset.jpThemeLight || "";
   });
   theme.observe(document.body, {
@@ -206,7 +253,7 @@ function follow(root, charts, store, draw, redraw, redrawOnTheme) {
   draw({ all: true });
   return () => {
     store.views.delete(draw);
-    resize.disconnect();
     theme.disconnect();
+    undo();
   };
 }

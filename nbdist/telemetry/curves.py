@@ -5,7 +5,7 @@ a thousand does. A ``Curve`` keeps at most ``limit`` points: when full, each gro
 consecutive points is replaced by its lowest and its highest (in x order), which halves the
 curve and keeps its envelope, spikes included (plain thinning would drop a NaN-adjacent spike
 half the time). The browser runs the same rule on what it is sent
-(``static/dashboard.js``), so both sides agree on what a curve looks like.
+(``notebook/board/static/common.js``), so both sides agree on what a curve looks like.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def minmax(xs: list[float], ys: list[float], groups: int) -> tuple[list[float], 
         for j in range(start, end):
             if ys[j] < ys[lo]:
                 lo = j
-            if ys[j] > ys[hi]:
+            if ys[j] >= ys[hi]:  # ties: the later point, so a flat stretch keeps its end
                 hi = j
         for k in sorted({lo, hi}):
             out_x.append(xs[k])
@@ -57,7 +57,7 @@ class Curve:
         else:
             if y < b[0][1]:
                 b[0] = (x, y)
-            if y > b[1][1]:
+            if y >= b[1][1]:  # ties: the later point, as in minmax
                 b[1] = (x, y)
         self._count += 1
         if self._count >= self.stride:
@@ -87,8 +87,19 @@ class Curve:
         return len(self._x) + len(set(self._bucket))
 
     def last(self) -> float | None:
-        ys = self.y
-        return ys[-1] if ys else None
+        """The y of the latest point, or None (cheap: no copy of the curve)."""
+        point = self._latest()
+        return point[1] if point else None
+
+    def last_x(self) -> float | None:
+        """The x of the latest point, or None."""
+        point = self._latest()
+        return point[0] if point else None
+
+    def _latest(self) -> tuple[float, float] | None:
+        if self._bucket:
+            return max(self._bucket)  # the open bucket's later point
+        return (self._x[-1], self._y[-1]) if self._x else None
 
 
 class Outbox:

@@ -1,0 +1,476 @@
+/**
+ * One chart of one metric: lines (each rank, their mean, or one run each) against a shared x axis,
+ * drawn by uPlot. The run's board, the sweep's board (bundled by build-boards.mjs) and the
+ * sidebar's run views all draw with it, so they behave alike:
+ *
+ * - a `log` toggle for the y axis (log10 when every value is positive, else asinh, which is
+ *   linear around zero and logarithmic beyond);
+ * - a readout, as text in the page, of the x under the mouse and each line's value there (the
+ *   latest values when the mouse is elsewhere); charts given the same `sync` key share the cursor;
+ * - drag across to zoom in on x, double-click to see everything again; new points do not undo a
+ *   zoom;
+ * - sharp always: the canvas is sized to the chart's displayed width x devicePixelRatio whenever
+ *   it changes size or comes into view, and a hidden chart keeps its last real size (never a
+ *   guessed one). Colours are read from the page's theme at each drawing, and a theme switch
+ *   redraws.
+ *
+ * Text is set as text: labels may come from engines.
+ */
+import uPlot from 'uplot';
+
+import { axisFormat, columnFormat, fmt, fmtInt } from './format';
+
+/** One line of a chart. `x` ascending; `y` null where there is no value. */
+export interface ILine {
+  label: string;
+  x: ArrayLike<number>;
+  y: ArrayLike<number | null>;
+  /** A CSS colour, or 'strong' for the theme's main text colour (the mean). */
+  colour: string;
+  width?: number;
+  alpha?: number;
+  /** Dashes, as the canvas' setLineDash takes them (a stopped trial's line). */
+  dash?: number[];
+}
+
+export interface IChartOptions {
+  title: string;
+  /** The x axis' name, shown in the readout: "step", "seconds". */
+  xLabel?: string;
+  /** The plot's height in CSS pixels. */
+  height?: number;
+  /** Charts with the same key share their cursor (they share the x axis). */
+  sync?: string;
+  /** The y axis starts at zero (throughput). */
+  zeroBased?: boolean;
+  log?: boolean;
+  /** What to say while there are no points. */
+  empty?: string;
+}
+
+/** At most this many lines are named one by one in the readout; beyond, their spread. */
+const READOUT_LINES = 9;
+const FONT = '11px system-ui, -apple-system, "Segoe UI", sans-serif';
+
+export class MetricChart {
+  /** The chart's element: its head (title, readout, log toggle) and the plot. */
+  readonly node: HTMLDivElement;
+
+  constructor(parent: HTMLElement | null, options: IChartOptions) {
+    this._opts = options;
+    this._log = !!options.log;
+    this.node = el('div', 'nbdist-chart') as HTMLDivElement;
+    const head = el('div', 'nbdist-chart-head');
+    head.append(el('span', 'nbdist-chart-title', options.title));
+    this._logButton = el('button', 'nbdist-chart-log', 'log') as HTMLButtonElement;
+    this._logButton.type = 'button';
+    this._logButton.title = 'logarithmic y axis';
+    this._logButton.addEventListener('click', () => this.setLog(!this._log));
+    head.append(this._logButton);
+    this._readout = el('div', 'nbdist-chart-readout');
+    this._plotBox = el('div', 'nbdist-chart-plot');
+    this._plotBox.style.height = `${this._height()}px`;
+    this.node.append(head, this._readout, this._plotBox);
+    this._syncLog();
+    if (parent) {
+      parent.append(this.node);
+    }
+    // Sharp always: fit the canvas whenever the box changes size or comes into view.
+    this._resize = new ResizeObserver(() => this.fit());
+    this._resize.observe(this._plotBox);
+    this._visible = new IntersectionObserver(entries => {
+      this._onScreen = entries[entries.length - 1].isIntersecting;
+      if (this._onScreen) {
+        this._draw();
+        this.fit();
+      }
+    });
+    this._visible.observe(this._plotBox);
+    this._theme = new MutationObserver(() => this._plot?.redraw(false));
+    this._theme.observe(document.body, {
+      attributes: true,
+      attributeFilter: ['data-jp-theme-light', 'data-jp-theme-name']
+    });
+  }
+
+  /** Is the y axis logarithmic? */
+  get log(): boolean {
+    return this._log;
+  }
+
+  /** Is the chart zoomed in on part of its x axis? */
+  get zoomed(): boolean {
+    return this._range !== null;
+  }
+
+  /** The lines to draw, replacing the last ones (a zoom stays). */
+  setLines(lines: ILine[]): void {
+    this._pending = lines;
+    if (this._onScreen) {
+      this._draw();
+    }
+  }
+
+  /** Bring the line labelled `label` forward, the others dimmed; null: all alike again. */
+  focus(label: string | null): void {
+    const plot = this._plot;
+    this._focus = label;
+    this.node.dataset.focus = label ?? '';
+    if (!plot) {
+      return;
+    }
+    const i = label === null ? -1 : this._lines.findIndex(l => l.label === label);
+    plot.setSeries(null, { focus: false });
+    if (i >= 0) {
+      plot.setSeries(i + 1, { focus: true });
+    }
+  }
+
+  /** Draw the latest lines (charts out of view wait: drawing them would be work unseen). */
+  private _draw(): void {
+    const lines = this._pending;
+    if (lines === null) {
+      return;
+    }
+    this._pending = null;
+    this.node.dataset.lines = String(lines.filter(l => l.x.length).length);
+    const shape = lines
+      .map(l => `${l.label}|${l.colour}|${l.width}|${l.alpha}|${l.dash}`)
+      .join('\n');
+    this._lines = lines;
+    this._data = join(lines);
+    this._format = columnFormat(lines.flatMap(l => finiteTail(l.y)));
+    if (!this._plot || shape !== this._shape || this._positiveOnly() !== this._positive) {
+      this._shape = shape;
+      this._build();
+    } else {
+      this._plot.setData(this._data, this._range === null);
+      if (this._range) {
+        this._plot.setScale('x', { min: this._range[0], max: this._range[1] });
+      }
+    }
+    if (this._focus !== null) {
+      this.focus(this._focus);
+    }
+    this._showReadout(null);
+  }
+
+  /** Switch the y axis between linear and logarithmic. */
+  setLog(on: boolean): void {
+    this._log = on;
+    this._syncLog();
+    this._draw();
+    this._build();
+  }
+
+  /** Fit the canvas to the displayed size (x devicePixelRatio); a hidden chart keeps its own. */
+  fit(): void {
+    const width = Math.floor(this._plotBox.clientWidth);
+    const plot = this._plot;
+    if (!plot || width <= 0) {
+      return;
+    }
+    const dpr = window.devicePixelRatio || 1;
+    const height = this._height();
+    if (
+      plot.width !== width ||
+      plot.height !== height ||
+      plot.ctx.canvas.width !== Math.round(width * dpr)
+    ) {
+      if (Math.abs(uPlot.pxRatio - dpr) > 1e-6) {
+        this._build(); // the ratio changed (another screen, browser zoom): a new canvas
+      } else {
+        plot.setSize({ width, height });
+      }
+    }
+  }
+
+  /** Stop observing and free the plot. */
+  destroy(): void {
+    this._resize.disconnect();
+    this._visible.disconnect();
+    this._theme.disconnect();
+    this._plot?.destroy();
+    this._plot = null;
+    this.node.remove();
+  }
+
+  // -- building ---------------------------------------------------------------------------------
+  private _height(): number {
+    return this._opts.height ?? 150;
+  }
+
+  private _positiveOnly(): boolean {
+    return this._lines.every(l => Array.from(l.y).every(v => v === null || v > 0));
+  }
+
+  private _build(): void {
+    this._plot?.destroy();
+    this._plot = null;
+    this._plotBox.textContent = '';
+    if (!this._lines.some(l => l.x.length)) {
+      this._plotBox.append(el('div', 'nbdist-chart-empty', this._opts.empty ?? 'no points yet'));
+      return;
+    }
+    this._positive = this._positiveOnly();
+    const width = Math.floor(this._plotBox.clientWidth) || 400; // corrected by fit() when shown
+    this._plot = new uPlot(this._options(width), this._data, this._plotBox);
+    if (this._range) {
+      this._plot.setScale('x', { min: this._range[0], max: this._range[1] });
+    }
+  }
+
+  private _options(width: number): uPlot.Options {
+    const text = (): string => cssVar(this.node, '--jp-ui-font-color2', '#616161');
+    const grid = (): string => cssVar(this.node, '--jp-border-color2', '#e0e0e0');
+    const strong = (): string => cssVar(this.node, '--jp-ui-font-color0', '#000');
+    const y: uPlot.Scale = {};
+    if (this._log) {
+      if (this._positive) {
+        Object.assign(y, { distr: 3, log: 10 });
+      } else {
+        Object.assign(y, { distr: 4, log: 10, asinh: this._linearBelow() });
+      }
+    } else if (this._opts.zeroBased) {
+      y.range = (_u, _min, max) => [0, max > 0 ? max * 1.05 : 1];
+    }
+    // a log axis: gridlines, ticks and labels at the powers of ten only (not at 2..9 of each)
+    const decades =
+      this._log && this._positive
+        ? (_u: uPlot, splits: number[]) => splits.map(v => (isDecade(v) ? v : null))
+        : undefined;
+    const axis = (side: 'x' | 'y'): uPlot.Axis => ({
+      stroke: text,
+      font: FONT,
+      grid: { stroke: grid, width: 1, filter: side === 'y' ? decades : undefined },
+      ticks: { stroke: grid, width: 1, size: 4, filter: side === 'y' ? decades : undefined },
+      size: side === 'x' ? 30 : 56,
+      values: (_u, splits) => axisFormat(splits),
+      filter: side === 'y' ? decades : undefined
+    });
+    return {
+      width,
+      height: this._height(),
+      legend: { show: false },
+      scales: { x: { time: false }, y },
+      axes: [axis('x'), axis('y')],
+      series: [
+        { label: this._opts.xLabel ?? 'step' },
+        ...this._lines.map(l => ({
+          label: l.label,
+          stroke: l.colour === 'strong' ? strong : l.colour,
+          width: l.width ?? 1,
+          alpha: l.alpha ?? 1,
+          dash: l.dash,
+          spanGaps: true,
+          points: { show: false }
+        }))
+      ],
+      focus: { alpha: 0.25 },
+      cursor: {
+        sync: this._opts.sync ? { key: this._opts.sync } : undefined,
+        drag: { x: true, y: false, setScale: false },
+        points: { show: false },
+        bind: {
+          dblclick: () => () => {
+            this._unzoom();
+            return null;
+          }
+        }
+      },
+      hooks: {
+        setSelect: [u => this._zoom(u)],
+        setCursor: [u => this._showReadout(u.cursor.idx ?? null)]
+      }
+    };
+  }
+
+  /** asinh's linear band: below the smallest magnitude shown, so decades above it spread out. */
+  private _linearBelow(): number {
+    let least = Infinity;
+    for (const l of this._lines) {
+      for (const v of Array.from(l.y)) {
+        if (v !== null && v !== 0 && Math.abs(v) < least) {
+          least = Math.abs(v);
+        }
+      }
+    }
+    return Number.isFinite(least) ? least : 1;
+  }
+
+  private _syncLog(): void {
+    this._logButton.setAttribute('aria-pressed', String(this._log));
+    this.node.dataset.log = String(this._log);
+  }
+
+  // -- zoom -------------------------------------------------------------------------------------
+  private _zoom(u: uPlot): void {
+    const sel = u.select;
+    if (sel.width < 4) {
+      return;
+    }
+    const lo = u.posToVal(sel.left, 'x');
+    const hi = u.posToVal(sel.left + sel.width, 'x');
+    u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+    this._range = [lo, hi];
+    u.setScale('x', { min: lo, max: hi });
+    this.node.dataset.zoomed = 'true';
+    this._showReadout(null);
+  }
+
+  private _unzoom(): void {
+    this._range = null;
+    delete this.node.dataset.zoomed;
+    this._plot?.setData(this._data, true);
+    this._showReadout(null);
+  }
+
+  // -- the readout ------------------------------------------------------------------------------
+  /** The x at data index `idx` and each line's value there; the latest values when null. */
+  private _showReadout(idx: number | null): void {
+    const xs = this._data[0] as number[];
+    if (!xs.length) {
+      this._readout.textContent = '';
+      return;
+    }
+    const at = idx ?? xs.length - 1;
+    const xLabel = this._opts.xLabel ?? 'step';
+    const parts: string[] = [
+      `${idx === null ? 'latest · ' : ''}${xLabel} ${xLabel === 'step' ? fmtInt(xs[at]) : fmt(xs[at])}`
+    ];
+    const values = this._lines.map((l, i) => [l.label, near(this._data[i + 1], at)] as const);
+    const named = values.length <= READOUT_LINES ? values : values.filter(([l]) => l === 'mean');
+    for (const [label, v] of named) {
+      parts.push(`${label} ${this._format(v)}`);
+    }
+    if (values.length > READOUT_LINES) {
+      const ys = values.map(([, v]) => v).filter((v): v is number => v !== null);
+      if (ys.length) {
+        parts.push(`min ${this._format(Math.min(...ys))}`, `max ${this._format(Math.max(...ys))}`);
+      }
+    }
+    if (this._range) {
+      parts.push('double-click to see all');
+    }
+    this._readout.textContent = parts.join(' · ');
+    this._readout.title = this._readout.textContent; // in full, where the chart is narrow
+    this.node.dataset.readoutStep = String(xs[at]);
+  }
+
+  private _opts: IChartOptions;
+  private _log: boolean;
+  private _logButton: HTMLButtonElement;
+  private _readout: HTMLElement;
+  private _plotBox: HTMLElement;
+  private _plot: uPlot | null = null;
+  private _lines: ILine[] = [];
+  private _data: uPlot.AlignedData = [[]];
+  private _shape = '';
+  private _positive = true;
+  private _range: [number, number] | null = null;
+  private _format: (v: number | null) => string = v => fmt(v);
+  private _pending: ILine[] | null = null; // lines not drawn yet (the chart is out of view)
+  private _onScreen = false;
+  private _focus: string | null = null;
+  private _resize: ResizeObserver;
+  private _visible: IntersectionObserver;
+  private _theme: MutationObserver;
+}
+
+/**
+ * Lines with x values of their own, as the table uPlot draws: the union of their x values, and
+ * each line's values at those x (null where it has none: drawn across, `spanGaps`).
+ */
+export function join(lines: ILine[]): uPlot.AlignedData {
+  const all: number[] = [];
+  for (const l of lines) {
+    for (let i = 0; i < l.x.length; i++) {
+      all.push(l.x[i]);
+    }
+  }
+  all.sort((a, b) => a - b);
+  const xs: number[] = [];
+  for (const x of all) {
+    if (xs.length === 0 || xs[xs.length - 1] !== x) {
+      xs.push(x);
+    }
+  }
+  const columns = lines.map(l => {
+    const ys: (number | null)[] = new Array(xs.length).fill(null);
+    let j = 0;
+    for (let i = 0; i < l.x.length; i++) {
+      while (xs[j] < l.x[i]) {
+        j++;
+      }
+      const v = l.y[i];
+      ys[j] = v !== null && Number.isFinite(v) ? v : null;
+    }
+    return ys;
+  });
+  return [xs, ...columns];
+}
+
+/** Exponential moving average, as TensorBoard's smoothing slider (debiased at the start). */
+export function smooth(y: ArrayLike<number | null>, weight: number): (number | null)[] {
+  const out: (number | null)[] = [];
+  let last = 0;
+  let n = 0;
+  for (let i = 0; i < y.length; i++) {
+    const v = y[i];
+    if (v === null || !weight) {
+      out.push(v);
+      continue;
+    }
+    last = last * weight + (1 - weight) * v;
+    n++;
+    out.push(last / (1 - Math.pow(weight, n)));
+  }
+  return out;
+}
+
+/** The value at `idx` of a column, or the nearest one within a few points (decimated lines
+ * do not share every x). */
+function near(column: ArrayLike<number | null | undefined>, idx: number): number | null {
+  for (let d = 0; d < 64; d++) {
+    for (const i of d ? [idx - d, idx + d] : [idx]) {
+      const v = i >= 0 && i < column.length ? column[i] : null;
+      if (v !== null && v !== undefined) {
+        return v;
+      }
+    }
+  }
+  return null;
+}
+
+/** The last finite values of a line (for choosing its format). */
+function finiteTail(y: ArrayLike<number | null>): number[] {
+  const out: number[] = [];
+  for (let i = Math.max(0, y.length - 200); i < y.length; i++) {
+    const v = y[i];
+    if (v !== null && Number.isFinite(v)) {
+      out.push(v);
+    }
+  }
+  return out;
+}
+
+function isDecade(v: number): boolean {
+  if (v === 0) {
+    return true;
+  }
+  const e = Math.log10(Math.abs(v));
+  return Math.abs(e - Math.round(e)) < 1e-9;
+}
+
+function cssVar(node: Element, name: string, fallback: string): string {
+  return getComputedStyle(node).getPropertyValue(name).trim() || fallback;
+}
+
+function el(tag: string, cls: string, text?: string): HTMLElement {
+  const node = document.createElement(tag);
+  node.className = cls;
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
