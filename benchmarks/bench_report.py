@@ -11,7 +11,9 @@ before or after the cluster's part (alternately; the cluster is stopped meanwhil
 - **silent (A/A)**: the same again, so its ratio to the first is the noise floor;
 - **report()**: ``report()`` every step, ``--no-dashboard``;
 - **dashboard**: ``report()`` every step under plain ``%%distributed`` (whatever it shows by
-  default: the benchmark reads nothing of the widget but, if it has it, its ``sent_bytes``).
+  default: the benchmark reads nothing of the widget but, if it has it, its ``sent_bytes``);
+- **dashboard, 10 metrics**: the same with ten more numbers in every ``report()`` (ten more
+  charts on the board).
 
 Throughput is steps/s between two barriers (medians over rounds; the note has the median of the
 per-round ratios and the spread). On rank 0, at both barriers, ``_kernel.cpu_seconds`` reads the
@@ -26,7 +28,8 @@ IOPub, control, heartbeat, output capture and zmq threads; nbdist's lifeline), t
 
 Then, on the last round's cluster: ``report()`` in a tight loop on an engine (ns/call, with the
 sender running; baseline: a no-op function called with the same arguments), the report-to-widget
-latency against ipyparallel's bare ``publish_data``, and the collector fed by 64 simulated ranks.
+latency against ipyparallel's bare ``publish_data``, the kernel's CPU over one long cell (60 s)
+that reports ten metrics under the dashboard, and the collector fed by 64 simulated ranks.
 """
 
 from __future__ import annotations
@@ -45,12 +48,14 @@ from .bench_train import threads_per_worker, torchrun
 from .collector_load import collector_load
 
 WORKERS = 2
-MODES = ("silent", "silent (A/A)", "report()", "dashboard")
+_TEN = "dashboard, 10 metrics"
+MODES = ("silent", "silent (A/A)", "report()", "dashboard", _TEN)
 _FLAGS = {"silent": " --no-dashboard", "silent (A/A)": " --no-dashboard",
-          "report()": " --no-dashboard", "dashboard": ""}  # fmt: skip
+          "report()": " --no-dashboard", "dashboard": "", _TEN: ""}  # fmt: skip
 _KERNEL_BUDGET = 2.0  # % of a core the kernel may take while the dashboard runs (issue 12)
 _KINDS = ("training", "reporter", "engine", "torch", "other")  # engine threads, by what they do
 _FIRST = "first dashboard"  # the first dashboard cell in the kernel: a warm-up, shown apart
+_LONG = "one long cell, 10 metrics"  # after the rounds: the kernel's CPU over a minute
 
 
 @dataclass(frozen=True)
@@ -64,11 +69,12 @@ class Sizes:
     chunks: int = 5
     latency_s: float = 10.0
     scale_s: float = 5.0
+    long_s: float = 60.0  # the long cell with ten metrics
 
 
 FULL = Sizes()
 TINY = Sizes(rounds=1, steps=5, warmup=1, batch=8, hidden=16, calls=200, chunks=2,
-             latency_s=1.0, scale_s=0.5)  # fmt: skip
+             latency_s=1.0, scale_s=0.5, long_s=1.0)  # fmt: skip
 
 
 @dataclass
@@ -242,15 +248,15 @@ class _Bench:
     def __init__(self, k: Kernel, s: Sizes):
         self.k, self.s = k, s
         self.threads = threads_per_worker()
-        self.tally = {m: _Tally() for m in (*MODES, "torchrun", _FIRST)}
+        self.tally = {m: _Tally() for m in (*MODES, "torchrun", _FIRST, _LONG)}
         self.cluster: _Cluster | None = None
         self.sent: list[tuple[int, float]] = []  # dashboard blocks: (bytes sent, cell seconds)
         self.extras: dict = {}
 
-    def _args(self) -> dict:
+    def _args(self, steps: int | None = None) -> dict:
         s = self.s
-        return dict(model="mlp", steps=s.steps, warmup=s.warmup, batch=s.batch, hidden=s.hidden,
-                    threads=self.threads)  # fmt: skip
+        return dict(model="mlp", steps=steps or s.steps, warmup=s.warmup, batch=s.batch,
+                    hidden=s.hidden, threads=self.threads)  # fmt: skip
 
     def start(self, rnd: int) -> None:
         k = self.k
@@ -264,11 +270,12 @@ class _Bench:
         # Fresh engines warm up; the kernel's first dashboard imports what it needs, once.
         self.block("dashboard", rnd, into=None if self.tally[_FIRST].rate else _FIRST)
 
-    def block(self, mode: str, rnd: int, into: str | None) -> None:
+    def block(self, mode: str, rnd: int, into: str | None, steps: int | None = None) -> None:
         """One run of the loop in ``mode``: its steps/s and the CPU of everything meanwhile,
         added to the tally ``into`` (None: not counted)."""
         c, k = self.cluster, self.k
         report = not mode.startswith("silent")
+        metrics = 10 if mode == _TEN else 0
         procs = [k.pid, os.getpid(), *c.controller, *(pid for pid, _ in c.engines)]
         threads = [k.pid, *(pid for pid, _ in c.engines)]
         cell = (
@@ -277,7 +284,8 @@ class _Bench:
             f"if {str(ROOT)!r} not in sys.path: sys.path.insert(0, {str(ROOT)!r})\n"
             "from benchmarks import _kernel, workloads\n"
             f"_probe = functools.partial(_kernel.cpu_seconds, {procs!r}, {threads!r})\n"
-            f"workloads.train(**{self._args()!r}, report={report}, probe=_probe)\n"
+            f"workloads.train(**{self._args(steps)!r}, report={report}, probe=_probe,"
+            f" metrics={metrics})\n"
         )
         t0 = time.monotonic()
         got = k.value(cell)
@@ -306,6 +314,9 @@ class _Bench:
         k.run(_LATENCY.format(seconds=s.latency_s))
         self.extras["latency"] = k.value(_LATENCIES)
         self.extras["raw"] = k.value(_RAW.format(seconds=s.latency_s))
+        # one long cell, ten metrics, the dashboard: as long as long_s at the measured pace
+        rate = statistics.median(self.tally[_TEN].rate.values())
+        self.block(_TEN, -1, into=_LONG, steps=max(10, int(s.long_s * rate)))
 
     def run(self) -> None:
         for rnd in range(self.s.rounds):
@@ -352,6 +363,7 @@ def _throughput(b: _Bench) -> list[Result]:
         row("silent (A/A) / silent: the noise floor", "silent (A/A)", "silent"),
         row("report() every step, --no-dashboard / silent", "report()", "silent", ">= 0.99"),
         row("report() every step + dashboard / silent", "dashboard", "silent", ">= 0.99", sent),
+        row("report() with 10 metrics + dashboard / silent", _TEN, "silent", ">= 0.99"),
         row("silent %%distributed / torchrun, same loop", "silent", "torchrun", ">= 1.00"),
     ]
 
@@ -373,9 +385,9 @@ def _cpu(b: _Bench) -> list[Result]:
         )
 
     out = []
-    for mode in ("silent", "report()", "dashboard"):
+    for mode in ("silent", "report()", "dashboard", _TEN):
         t = b.tally[mode]
-        out.append(kernel(mode, "< 1" if mode == "dashboard" else ""))
+        out.append(kernel(mode, "< 1" if mode in ("dashboard", _TEN) else ""))
         hub = t.share("hub")
         out.append(
             Result(
@@ -398,7 +410,7 @@ def _cpu(b: _Bench) -> list[Result]:
                     f"other {share['other']:.2f}; torch's {share['torch']:.1f})",
                 )
             )
-    return [*out, kernel(_FIRST)]
+    return [*out, kernel(_FIRST), kernel(_LONG, "< 1")]
 
 
 def _engine(b: _Bench) -> list[Result]:

@@ -59,10 +59,12 @@ def train(
     threads: int | None = None,
     report: bool = False,
     probe: Callable[[], object] | None = None,
+    metrics: int = 0,
 ) -> dict:
     """Train ``model`` for ``warmup + steps`` steps on this rank; return rank 0's figures.
 
-    ``report=True`` calls ``nbdist.report(...)`` every step (nbdist engines only). ``probe`` is
+    ``report=True`` calls ``nbdist.report(...)`` every step (nbdist engines only), with
+    ``metrics`` more numbers beside the loss (``m0=..., m1=...``: each gets a chart). ``probe`` is
     called on rank 0 just before the timed steps and just after them; its two results are
     returned as ``"probe"`` (the report benchmark reads CPU times with it).
     """
@@ -91,7 +93,8 @@ def train(
         opt.step()
         value = loss.item()
         if report:
-            nbdist.report(step=i, loss=value, samples=batch)
+            extra = {f"m{j}": value * (j + 1) for j in range(metrics)} if metrics else {}
+            nbdist.report(step=i, loss=value, samples=batch, **extra)
         return value
 
     for i in range(warmup):

@@ -10,6 +10,9 @@ The lab listens on a free loopback port with a token of its own, keeps its setti
 workspaces under ``base`` (with JupyterLab's news toast turned off, so it never covers a
 screenshot) and serves ``root``. On leaving, the lab is stopped and every process it started
 (kernels included) must be gone within 30 s, or the test fails.
+
+``chromium_page(lab)`` opens it in Debian's Chromium (``CHROMIUM``) under Playwright; nothing
+downloads a browser of its own. Screenshots go to ``ARTIFACTS``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,19 @@ from conftest import assert_gone, wait_until
 
 #: Seconds a lab has to answer /api/status after it starts.
 START_TIMEOUT = 90.0
+#: The browser the tests drive (``scripts/install-system-deps.sh`` installs it), its flags, and
+#: where the screenshots go.
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
 
 @dataclass
@@ -110,6 +126,29 @@ def running_lab(base: Path, root: Path, env: Mapping[str, str] | None = None) ->
         yield lab
     finally:
         _stop(proc)
+
+
+@contextmanager
+def chromium_page(
+    lab: Lab, path: str = "lab", width: int = 1280, height: int = 860, scale: float = 1
+) -> Iterator[Any]:
+    """A Playwright page in Chromium on ``path`` of the lab (``scale``: its pixel ratio), once
+    JupyterLab's main area is up; the browser is closed on leaving."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            page = browser.new_page(
+                viewport={"width": width, "height": height}, device_scale_factor=scale
+            )
+            page.set_default_timeout(60_000)
+            page.goto(lab.page_url(path))
+            page.wait_for_selector("#jp-main-dock-panel")
+            yield page
+        finally:
+            browser.close()
 
 
 def _stop(proc: subprocess.Popen) -> None:

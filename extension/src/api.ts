@@ -119,6 +119,67 @@ export interface IEvent {
   data: Record<string, unknown>;
 }
 
+/** A line of points: `x` ascending (steps, or seconds since the run started), `y` its values. */
+export interface ILineData {
+  x: number[];
+  y: number[];
+}
+
+/** One rank's line of a metric. */
+export interface IRankLine extends ILineData {
+  rank: number;
+}
+
+/** One metric of a run: the mean over ranks, and each rank's line when asked (`ranks=1`). */
+export interface IMetricCurves {
+  name: string;
+  mean: ILineData;
+  ranks: IRankLine[];
+}
+
+/**
+ * A run's curves (`runs/ID/curves`, `server.curves`): every metric's name in the order first
+ * reported, the curves asked for, cut to at most `points` points a line.
+ */
+export interface ICurves {
+  run_id: number;
+  names: string[];
+  metrics: IMetricCurves[];
+  /** Steps completed by the slowest reporting rank, as the run's `step` counts them. */
+  done: number | null;
+  /** Metric rows folded so far. */
+  rows: number;
+  /** False while the server is still reading a long run's rows: ask again. */
+  complete: boolean;
+  /** Metrics past the 50 charted. */
+  dropped: number;
+}
+
+/** One rank's health over time (`runs/ID/health/history`): x in seconds since the start. */
+export interface IRankHealth {
+  rank: number;
+  measures: Record<string, ILineData>;
+  /** [seconds since the start, state] at each change of its state. */
+  states: [number, WorkerState][];
+}
+
+/** Every rank's health over time. */
+export interface IHealthHistory {
+  run_id: number;
+  started: number;
+  measures: string[];
+  ranks: IRankHealth[];
+  rows: number;
+  complete: boolean;
+}
+
+/** What a curves request asks for. */
+export interface ICurvesQuery {
+  points: number;
+  ranks?: boolean;
+  metrics?: string[];
+}
+
 export function listClusters(): Promise<{ clusters: ICluster[] }> {
   return requestAPI('clusters');
 }
@@ -135,11 +196,27 @@ export function listRuns(limit = 20): Promise<{ runs: IRun[] }> {
   return requestAPI(`runs?limit=${limit}`);
 }
 
-export function runMetrics(
-  runId: number,
-  sinceId: number
-): Promise<{ metrics: IMetric[]; last_id: number }> {
-  return requestAPI(`runs/${runId}/metrics?since_id=${sinceId}`);
+export function getRun(runId: number): Promise<{ run: IRunDetail }> {
+  return requestAPI(`runs/${runId}`);
+}
+
+export function runCurves(runId: number, query: ICurvesQuery): Promise<ICurves> {
+  const params = new URLSearchParams({ points: String(query.points) });
+  if (query.ranks) {
+    params.set('ranks', '1');
+  }
+  if (query.metrics && query.metrics.length) {
+    params.set('metrics', query.metrics.join(','));
+  }
+  return requestAPI(`runs/${runId}/curves?${params.toString()}`);
+}
+
+export function runHealthHistory(runId: number, points: number): Promise<IHealthHistory> {
+  return requestAPI(`runs/${runId}/health/history?points=${points}`);
+}
+
+export function runEvents(runId: number): Promise<{ events: IEvent[] }> {
+  return requestAPI(`runs/${runId}/events`);
 }
 
 export function runHealth(runId: number): Promise<{ workers: IWorker[] }> {

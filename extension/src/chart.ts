@@ -19,19 +19,9 @@
 import uPlot from 'uplot';
 
 import { axisFormat, columnFormat, fmt, fmtInt } from './format';
+import { finiteTail, ILine, isDecade, join, near } from './plotdata';
 
-/** One line of a chart. `x` ascending; `y` null where there is no value. */
-export interface ILine {
-  label: string;
-  x: ArrayLike<number>;
-  y: ArrayLike<number | null>;
-  /** A CSS colour, or 'strong' for the theme's main text colour (the mean). */
-  colour: string;
-  width?: number;
-  alpha?: number;
-  /** Dashes, as the canvas' setLineDash takes them (a stopped trial's line). */
-  dash?: number[];
-}
+export { ILine, join, smooth } from './plotdata';
 
 export interface IChartOptions {
   title: string;
@@ -239,11 +229,13 @@ export class MetricChart {
       this._log && this._positive
         ? (_u: uPlot, splits: number[]) => splits.map(v => (isDecade(v) ? v : null))
         : undefined;
+    // (no `filter: undefined`: uPlot's assign() would put it over its own default filter)
+    const only = (side: 'x' | 'y') => (side === 'y' && decades ? { filter: decades } : {});
     const axis = (side: 'x' | 'y'): uPlot.Axis => ({
       stroke: text,
       font: FONT,
-      grid: { stroke: grid, width: 1, filter: side === 'y' ? decades : undefined },
-      ticks: { stroke: grid, width: 1, size: 4, filter: side === 'y' ? decades : undefined },
+      grid: { stroke: grid, width: 1, ...only(side) },
+      ticks: { stroke: grid, width: 1, size: 4, ...only(side) },
       size: side === 'x' ? 30 : 56,
       values: (_u, splits) => axisFormat(splits),
       filter: side === 'y' ? decades : undefined
@@ -375,91 +367,6 @@ export class MetricChart {
   private _resize: ResizeObserver;
   private _visible: IntersectionObserver;
   private _theme: MutationObserver;
-}
-
-/**
- * Lines with x values of their own, as the table uPlot draws: the union of their x values, and
- * each line's values at those x (null where it has none: drawn across, `spanGaps`).
- */
-export function join(lines: ILine[]): uPlot.AlignedData {
-  const all: number[] = [];
-  for (const l of lines) {
-    for (let i = 0; i < l.x.length; i++) {
-      all.push(l.x[i]);
-    }
-  }
-  all.sort((a, b) => a - b);
-  const xs: number[] = [];
-  for (const x of all) {
-    if (xs.length === 0 || xs[xs.length - 1] !== x) {
-      xs.push(x);
-    }
-  }
-  const columns = lines.map(l => {
-    const ys: (number | null)[] = new Array(xs.length).fill(null);
-    let j = 0;
-    for (let i = 0; i < l.x.length; i++) {
-      while (xs[j] < l.x[i]) {
-        j++;
-      }
-      const v = l.y[i];
-      ys[j] = v !== null && Number.isFinite(v) ? v : null;
-    }
-    return ys;
-  });
-  return [xs, ...columns];
-}
-
-/** Exponential moving average, as TensorBoard's smoothing slider (debiased at the start). */
-export function smooth(y: ArrayLike<number | null>, weight: number): (number | null)[] {
-  const out: (number | null)[] = [];
-  let last = 0;
-  let n = 0;
-  for (let i = 0; i < y.length; i++) {
-    const v = y[i];
-    if (v === null || !weight) {
-      out.push(v);
-      continue;
-    }
-    last = last * weight + (1 - weight) * v;
-    n++;
-    out.push(last / (1 - Math.pow(weight, n)));
-  }
-  return out;
-}
-
-/** The value at `idx` of a column, or the nearest one within a few points (decimated lines
- * do not share every x). */
-function near(column: ArrayLike<number | null | undefined>, idx: number): number | null {
-  for (let d = 0; d < 64; d++) {
-    for (const i of d ? [idx - d, idx + d] : [idx]) {
-      const v = i >= 0 && i < column.length ? column[i] : null;
-      if (v !== null && v !== undefined) {
-        return v;
-      }
-    }
-  }
-  return null;
-}
-
-/** The last finite values of a line (for choosing its format). */
-function finiteTail(y: ArrayLike<number | null>): number[] {
-  const out: number[] = [];
-  for (let i = Math.max(0, y.length - 200); i < y.length; i++) {
-    const v = y[i];
-    if (v !== null && Number.isFinite(v)) {
-      out.push(v);
-    }
-  }
-  return out;
-}
-
-function isDecade(v: number): boolean {
-  if (v === 0) {
-    return true;
-  }
-  const e = Math.log10(Math.abs(v));
-  return Math.abs(e - Math.round(e)) < 1e-9;
 }
 
 function cssVar(node: Element, name: string, fallback: string): string {

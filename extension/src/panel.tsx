@@ -1,11 +1,15 @@
 /**
- * The sidebar panel: state, polling, and the actions (start, stop).
+ * The sidebar panel: state, polling, and the actions (start, stop, open, compare).
  *
- * While the focused run is live and the panel visible, its workers and metrics refresh four
- * times a second (a dead rank shows within a second of its death), the clusters and the run
- * list once a second. Otherwise everything refreshes every second while the panel is visible,
- * every 15 s while it is hidden, and not at all while the browser tab is hidden. When the
- * server cannot be reached the poll backs off (up to 30 s) and the panel says so at the top.
+ * While the focused run is live and the panel visible, its workers refresh four times a second
+ * (a dead rank shows within a second of its death) and its card curve twice a second, the
+ * clusters and the run list once a second. Otherwise everything refreshes every second while the
+ * panel is visible, every 15 s while it is hidden, and not at all while the browser tab is
+ * hidden. When the server cannot be reached the poll backs off (up to 30 s) and the panel says
+ * so at the top.
+ *
+ * The card's curve is the server's (`runs/ID/curves`): the whole run's mean, decimated there, so
+ * a poll costs the run's new rows only, however long it has run.
  */
 import { ReactWidget } from '@jupyterlab/ui-components';
 import { Poll } from '@lumino/polling';
@@ -13,28 +17,31 @@ import { Message } from '@lumino/messaging';
 import React from 'react';
 
 import {
-  IMetric,
+  ICurves,
+  IRun,
   IWorker,
   listClusters,
   listRuns,
+  runCurves,
   runHealth,
-  runMetrics,
   startCluster,
   stopCluster
 } from './api';
-import { ApiError, Unreachable } from './request';
-import { IPanelState } from './state';
+import { errorText, Unreachable } from './request';
+import { IOpener, IPanelState } from './state';
 import { Sidebar } from './views';
 
-const LIVE_MS = 250; // a live run's workers and metrics, while the panel is visible
+const LIVE_MS = 250; // a live run's workers, while the panel is visible
+const CURVE_MS = 500; // a live run's card curve
 const VISIBLE_MS = 1000;
 const HIDDEN_MS = 15000;
 const MAX_BACKOFF_MS = 30000;
-const MAX_POINTS = 400;
+const CARD_POINTS = 200;
 
 export class SidebarPanel extends ReactWidget {
-  constructor() {
+  constructor(opener: IOpener) {
     super();
+    this._opener = opener;
     this.addClass('jp-nbdist-Sidebar');
     this._poll = new Poll({
       auto: true,
@@ -68,15 +75,19 @@ export class SidebarPanel extends ReactWidget {
         onStart={n => void this._start(n)}
         onStop={id => void this._stop(id)}
         onRefresh={() => void this._poll.refresh()}
+        onOpen={run => this._opener.openRun(run)}
+        onSelect={(ids, on) => this._select(ids, on)}
+        onCompare={() => this._compare()}
       />
     );
   }
 
   /** Poll fast only while it pays: a live run in a visible panel, and the server answering
-   * (after an error the poll backs off from the 1 s pace). */
+   * (after an error the poll backs off from the 1 s pace); a long run's first read, at once. */
   private _pace(): void {
     const live = this._state.focus?.status === 'running' && !this._failing;
-    const interval = !this.isVisible ? HIDDEN_MS : live ? LIVE_MS : VISIBLE_MS;
+    const reading = this._state.curves !== null && !this._state.curves.complete;
+    const interval = !this.isVisible ? HIDDEN_MS : live || reading ? LIVE_MS : VISIBLE_MS;
     this._poll.frequency = { ...this._poll.frequency, interval };
   }
 
@@ -102,7 +113,7 @@ export class SidebarPanel extends ReactWidget {
     }
   }
 
-  /** Clusters, runs, and the focused run's workers and new metrics. */
+  /** Clusters, runs, and the focused run's workers and curve. */
   private async _refreshAll(): Promise<void> {
     this._lastFull = Date.now();
     const [clusters, runs] = await Promise.all([listClusters(), listRuns(20)]);
@@ -110,64 +121,76 @@ export class SidebarPanel extends ReactWidget {
     const focus = runList.find(r => r.status === 'running') ?? runList[0] ?? null;
     if (focus?.id !== this._focusId) {
       this._focusId = focus?.id ?? null;
-      this._sinceId = 0;
-      this._curve = [];
+      this._lastCurve = 0;
+      this._patch({ curves: null, cardMetric: 'loss', workers: [] });
     }
-    const workers = focus ? await this._readFocus(focus.id) : [];
+    const [workers, curves] = focus ? await this._readFocus(focus, true) : [[], null];
+    const known = new Set(runList.map(r => r.id));
     this._patch({
       clusters: clusters.clusters,
       runs: runList,
       focus,
-      curve: this._curve,
       workers,
+      ...(curves ? { curves } : {}),
+      selected: this._state.selected.filter(id => known.has(id)),
       loaded: true,
       unreachable: false,
       lastOk: Date.now()
     });
   }
 
-  /** Only the live run's workers and new metrics (its status comes with the next full one). */
+  /** Only the live run's workers and curve (its status comes with the next full one). */
   private async _refreshLive(): Promise<void> {
-    const focusId = this._focusId;
-    if (focusId === null) {
+    const focus = this._state.focus;
+    if (focus === null || focus.id !== this._focusId) {
       return;
     }
-    const workers = await this._readFocus(focusId);
-    if (focusId !== this._focusId) {
+    const [workers, curves] = await this._readFocus(focus, false);
+    if (focus.id !== this._focusId) {
       return;
     }
     if (deadCount(workers) > deadCount(this._state.workers)) {
       this._lastFull = 0; // a rank died: its engine and the run's status follow at the next tick
     }
-    this._patch({ curve: this._curve, workers, unreachable: false, lastOk: Date.now() });
+    this._patch({
+      workers,
+      ...(curves ? { curves } : {}),
+      unreachable: false,
+      lastOk: Date.now()
+    });
   }
 
-  /** The run's workers; its metrics since the last read go onto the curve. */
-  private async _readFocus(runId: number): Promise<IWorker[]> {
-    const [metrics, health] = await Promise.all([
-      runMetrics(runId, this._sinceId),
-      runHealth(runId)
+  /** The run's workers, and its card curve when due (null: not read this time). */
+  private async _readFocus(run: IRun, full: boolean): Promise<[IWorker[], ICurves | null]> {
+    const reading = this._state.curves !== null && !this._state.curves.complete;
+    const settled = run.status !== 'running' && this._finalCurve === run.id && !reading;
+    const due = !settled && (full || reading || Date.now() - this._lastCurve >= CURVE_MS);
+    const [health, curves] = await Promise.all([
+      runHealth(run.id),
+      due ? runCurves(run.id, { points: CARD_POINTS, metrics: [this._state.cardMetric] }) : null
     ]);
-    if (runId === this._focusId) {
-      this._addMetrics(metrics.metrics);
+    if (curves) {
+      this._lastCurve = Date.now();
+      this._finalCurve = run.status !== 'running' ? run.id : null; // read after its end
+      if (!curves.names.includes(this._state.cardMetric) && curves.names.length) {
+        this._patch({ cardMetric: curves.names[0] }); // no loss: the first metric reported
+        this._lastCurve = 0;
+        this._finalCurve = null;
+      }
     }
-    return health.workers;
+    return [health.workers, curves && curves.run_id === this._focusId ? curves : null];
   }
 
-  private _addMetrics(rows: IMetric[]): void {
-    // The curve follows rank 0: every rank sees the same loss after DDP's all-reduce. Rows
-    // already taken (a refresh that overlapped another) are skipped by their id.
-    for (const m of rows) {
-      if (m.id <= this._sinceId) {
-        continue;
-      }
-      this._sinceId = m.id;
-      if (m.rank === 0 && m.step !== null && m.loss !== null && Number.isFinite(m.loss)) {
-        this._curve.push({ step: m.step, loss: m.loss });
-      }
-    }
-    if (this._curve.length > MAX_POINTS) {
-      this._curve = this._curve.slice(-MAX_POINTS);
+  private _select(ids: number[], on: boolean): void {
+    const kept = this._state.selected.filter(id => !ids.includes(id));
+    this._patch({ selected: on ? [...kept, ...ids] : kept });
+  }
+
+  private _compare(): void {
+    const byId = new Map(this._state.runs.map(r => [r.id, r]));
+    const runs = this._state.selected.map(id => byId.get(id)).filter((r): r is IRun => !!r);
+    if (runs.length >= 2) {
+      this._opener.compare(runs);
     }
   }
 
@@ -196,18 +219,21 @@ export class SidebarPanel extends ReactWidget {
     this.update();
   }
 
+  private _opener: IOpener;
   private _poll: Poll;
   private _focusId: number | null = null;
-  private _sinceId = 0;
   private _lastFull = 0; // when clusters and runs were last read (ms)
+  private _lastCurve = 0; // when the card's curve was last read (ms)
+  private _finalCurve: number | null = null; // the ended run whose curve was read since its end
   private _failing = false; // the last refresh failed: no fast pace until one succeeds
-  private _curve: { step: number; loss: number }[] = [];
   private _state: IPanelState = {
     clusters: [],
     runs: [],
     focus: null,
-    curve: [],
+    curves: null,
+    cardMetric: 'loss',
     workers: [],
+    selected: [],
     loaded: false,
     unreachable: false,
     error: '',
@@ -218,11 +244,4 @@ export class SidebarPanel extends ReactWidget {
 
 function deadCount(workers: IWorker[]): number {
   return workers.filter(w => w.state === 'dead').length;
-}
-
-function errorText(error: unknown): string {
-  if (error instanceof ApiError || error instanceof Unreachable) {
-    return error.message;
-  }
-  return String(error);
 }

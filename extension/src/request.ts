@@ -57,3 +57,11 @@ export async function requestAPI<T>(endPoint = '', init: RequestInit = {}): Prom
   }
   return data as T;
 }
+
+/** An error as the one line the panel and the run views show. */
+export function errorText(error: unknown): string {
+  if (error instanceof ApiError || error instanceof Unreachable) {
+    return error.message;
+  }
+  return String(error);
+}

@@ -1,5 +1,6 @@
 /**
- * The panel's React views: pure functions of the panel state.
+ * The panel's React views: pure functions of the panel state. The run card is card.tsx; the
+ * list of past runs, with its selection for comparing, is runlist.tsx.
  *
  * Strings that come from engines or the run store (host names, run names, errors) are React text
  * children or attributes, which React escapes: nothing here sets HTML.
@@ -7,16 +8,21 @@
 import { Button, refreshIcon } from '@jupyterlab/ui-components';
 import React from 'react';
 
-import { ICluster, IRun, IWorker } from './api';
+import { ICluster, IRun } from './api';
+import { RunCard } from './card';
+import { ago } from './describe';
+import { RunList, SelectionBar } from './runlist';
 import type { IPanelState } from './state';
 
-const STATES = ['ok', 'slow', 'silent', 'dead'];
-
-interface ISidebarProps {
+export interface ISidebarProps {
   state: IPanelState;
   onStart: (n: number) => void;
   onStop: (clusterId: string) => void;
   onRefresh: () => void;
+  onOpen: (run: IRun) => void;
+  /** Tick or untick runs (a click on a checkbox; ctrl/shift-click on a row). */
+  onSelect: (runIds: number[], on: boolean) => void;
+  onCompare: () => void;
 }
 
 export function Sidebar(props: ISidebarProps): JSX.Element {
@@ -61,9 +67,22 @@ export function Sidebar(props: ISidebarProps): JSX.Element {
           ))
         )}
       </Section>
+      <SelectionBar
+        selected={state.selected}
+        onCompare={props.onCompare}
+        onClear={() => props.onSelect(state.selected, false)}
+      />
       <Section title={live ? 'Live run' : 'Latest run'}>
         {state.focus ? (
-          <RunDetail run={state.focus} curve={state.curve} workers={state.workers} />
+          <RunCard
+            run={state.focus}
+            curves={state.curves}
+            metric={state.cardMetric}
+            workers={state.workers}
+            selected={state.selected.includes(state.focus.id)}
+            onOpen={props.onOpen}
+            onSelect={(run, on) => props.onSelect([run.id], on)}
+          />
         ) : (
           <Empty>
             No run yet: run a <code>%%distributed</code> cell; it shows here, with its progress when
@@ -72,7 +91,16 @@ export function Sidebar(props: ISidebarProps): JSX.Element {
         )}
       </Section>
       <Section title="Past runs">
-        {past.length === 0 ? <Empty>No past runs.</Empty> : <RunList runs={past} />}
+        {past.length === 0 ? (
+          <Empty>No past runs.</Empty>
+        ) : (
+          <RunList
+            runs={past}
+            selected={state.selected}
+            onOpen={props.onOpen}
+            onSelect={props.onSelect}
+          />
+        )}
       </Section>
     </div>
   );
@@ -87,7 +115,7 @@ function Section(props: { title: string; children?: React.ReactNode }): JSX.Elem
   );
 }
 
-function Empty(props: { children?: React.ReactNode }): JSX.Element {
+export function Empty(props: { children?: React.ReactNode }): JSX.Element {
   return <p className="jp-nbdist-empty">{props.children}</p>;
 }
 
@@ -181,198 +209,4 @@ function ClusterRow(props: {
       )}
     </div>
   );
-}
-
-function RunDetail(props: {
-  run: IRun;
-  curve: { step: number; loss: number }[];
-  workers: IWorker[];
-}): JSX.Element {
-  const r = props.run;
-  return (
-    <div className="jp-nbdist-run" data-run-id={r.id} data-status={r.status}>
-      <div className="jp-nbdist-runHead">
-        <span className={`jp-nbdist-dot jp-nbdist-run-${r.status}`} />
-        <span className="jp-nbdist-runName">{runTitle(r)}</span>
-        <span className="jp-nbdist-meta">{r.status}</span>
-      </div>
-      <div className="jp-nbdist-figures">
-        <Figure
-          label="step"
-          testid="nbdist-step"
-          value={r.step === null ? '–' : `${r.step}${r.total ? ` / ${r.total}` : ''}`}
-        />
-        <Figure label="loss" testid="nbdist-loss" value={lossText(r)} />
-        <Figure label="samples/s" testid="nbdist-rate" value={num(r.samples_per_s)} />
-        <Figure label="time" value={duration(r.started, r.ended ?? r.updated)} />
-      </div>
-      <LossCurve points={props.curve} />
-      <WorkerGrid workers={props.workers} worldSize={r.world_size} />
-    </div>
-  );
-}
-
-function Figure(props: { label: string; value: string; testid?: string }): JSX.Element {
-  return (
-    <div className="jp-nbdist-figure">
-      <div className="jp-nbdist-figureValue" data-testid={props.testid}>
-        {props.value}
-      </div>
-      <div className="jp-nbdist-figureLabel">{props.label}</div>
-    </div>
-  );
-}
-
-/** A small live curve of the loss against the step (rank 0's reports). */
-export function LossCurve(props: { points: { step: number; loss: number }[] }): JSX.Element {
-  const pts = props.points;
-  if (pts.length < 2) {
-    return (
-      <div className="jp-nbdist-curve jp-nbdist-curveEmpty">loss curve: waiting for reports</div>
-    );
-  }
-  const W = 200;
-  const H = 48;
-  const steps = pts.map(p => p.step);
-  const losses = pts.map(p => p.loss);
-  const [x0, x1] = [Math.min(...steps), Math.max(...steps)];
-  const [y0, y1] = [Math.min(...losses), Math.max(...losses)];
-  const sx = (x: number) => (x1 === x0 ? W / 2 : ((x - x0) / (x1 - x0)) * W);
-  const sy = (y: number) => (y1 === y0 ? H / 2 : H - 2 - ((y - y0) / (y1 - y0)) * (H - 4));
-  const line = pts.map(p => `${sx(p.step).toFixed(1)},${sy(p.loss).toFixed(1)}`).join(' ');
-  return (
-    <div className="jp-nbdist-curve">
-      <svg
-        viewBox={`0 0 ${W} ${H}`}
-        preserveAspectRatio="none"
-        role="img"
-        aria-label={`loss from ${num(losses[0])} to ${num(losses[losses.length - 1])}`}
-      >
-        <polyline points={line} fill="none" vectorEffect="non-scaling-stroke" />
-      </svg>
-      <div className="jp-nbdist-curveAxis">
-        <span>{num(y1)}</span>
-        <span>{num(y0)}</span>
-      </div>
-    </div>
-  );
-}
-
-function WorkerGrid(props: { workers: IWorker[]; worldSize: number }): JSX.Element {
-  if (props.workers.length === 0) {
-    return <Empty>No worker health yet.</Empty>;
-  }
-  return (
-    <div>
-      <div className="jp-nbdist-workers" role="list" aria-label="workers">
-        {props.workers.map(w => (
-          <div
-            key={w.rank}
-            role="listitem"
-            data-rank={w.rank}
-            data-state={w.state}
-            className={`jp-nbdist-worker jp-nbdist-state-${STATES.includes(w.state) ? w.state : 'unknown'}`}
-            title={workerTitle(w)}
-          >
-            <span className="jp-nbdist-workerRank">{w.rank}</span>
-            <span className="jp-nbdist-workerState">{w.state}</span>
-          </div>
-        ))}
-      </div>
-      <div className="jp-nbdist-legend">
-        {STATES.map(s => (
-          <span key={s}>
-            <span className={`jp-nbdist-dot jp-nbdist-state-${s}`} />
-            {s}
-          </span>
-        ))}
-      </div>
-    </div>
-  );
-}
-
-function RunList(props: { runs: IRun[] }): JSX.Element {
-  return (
-    <ul className="jp-nbdist-runs">
-      {props.runs.map(r => (
-        <li
-          key={r.id}
-          className="jp-nbdist-pastRun"
-          data-run-id={r.id}
-          data-status={r.status}
-          title={`started ${new Date(r.started * 1000).toLocaleString()}`}
-        >
-          <div className="jp-nbdist-runHead">
-            <span className={`jp-nbdist-dot jp-nbdist-run-${r.status}`} />
-            <span className="jp-nbdist-runName">{runTitle(r)}</span>
-            <span className="jp-nbdist-meta">{r.status}</span>
-          </div>
-          <div className="jp-nbdist-meta">
-            {`step ${r.step ?? '–'} · loss ${lossText(r)} · ${num(r.samples_per_s)} samples/s · `}
-            {duration(r.started, r.ended ?? r.updated)}
-          </div>
-        </li>
-      ))}
-    </ul>
-  );
-}
-
-function runTitle(r: IRun): string {
-  const name = r.label || r.name;
-  return name ? `#${r.id} ${name}` : `#${r.id}`;
-}
-
-function lossText(r: IRun): string {
-  return r.nonfinite ? r.nonfinite : num(r.loss);
-}
-
-function workerTitle(w: IWorker): string {
-  const parts = [`rank ${w.rank}`, w.host ? `on ${w.host}` : '', w.state];
-  if (w.cpu !== null) {
-    parts.push(`cpu ${Math.round(w.cpu)}%`);
-  }
-  if (w.step_time !== null) {
-    parts.push(`step ${num(w.step_time)} s`);
-  }
-  if (w.last_report_age !== null) {
-    parts.push(`last report ${num(w.last_report_age)} s ago`);
-  }
-  return parts.filter(Boolean).join(' · ');
-}
-
-/** A number in at most 4 significant digits; '–' when missing. */
-export function num(x: number | null | undefined): string {
-  if (x === null || x === undefined || !Number.isFinite(x)) {
-    return '–';
-  }
-  const a = Math.abs(x);
-  if (a !== 0 && (a < 1e-3 || a >= 1e6)) {
-    return x.toExponential(2);
-  }
-  return String(Number(x.toPrecision(4)));
-}
-
-function duration(start: number, end: number): string {
-  const s = Math.max(0, end - start);
-  if (s < 60) {
-    return `${s.toFixed(1)} s`;
-  }
-  if (s < 3600) {
-    return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
-  }
-  return `${(s / 3600).toFixed(1)} h`;
-}
-
-function ago(epochSeconds: number): string {
-  const s = Date.now() / 1000 - epochSeconds;
-  if (s < 5) {
-    return 'just now';
-  }
-  if (s < 90) {
-    return `${Math.round(s)} s ago`;
-  }
-  if (s < 5400) {
-    return `${Math.round(s / 60)} min ago`;
-  }
-  return new Date(epochSeconds * 1000).toLocaleString();
 }

@@ -1,7 +1,8 @@
 """Server side: nbdist's Jupyter server extension and the processes it starts.
 
-``handlers`` serves ``/nbdist/api/...`` (clusters, runs, metrics, worker health) to the sidebar in
-``extension/``; ``clusters`` is the server's view of running clusters and its start/stop actions;
-``registry`` holds the records of clusters started from the sidebar; ``host`` is the small
-process that holds such a cluster. Nothing here imports torch: the server stays light.
+``handlers`` serves ``/nbdist/api/...`` (clusters, runs, metrics, curves, worker health) to the
+sidebar in ``extension/``; ``curves`` folds a run's metrics and health from the run store into
+small curves, kept per run; ``clusters`` is the server's view of running clusters and its
+start/stop actions; ``registry`` holds the records of clusters started from the sidebar; ``host``
+is the small process that holds such a cluster. Nothing here imports torch: the server stays light.
 """

@@ -6,14 +6,23 @@ and its authorization (``@authorized``, on resource ``nbdist.clusters`` or ``nbd
     DELETE clusters/ID                    stop a cluster started from the sidebar (202)
     GET    runs?limit=N                   the latest runs, newest first
     GET    runs/ID                        one run, with its options, source and failures
-    GET    runs/ID/metrics?since_id=K     its metric rows after row K (the sidebar polls this)
-    GET    runs/ID/health                 each rank's latest health: ok, slow, silent or dead
-    GET    runs/ID/events                 its events, oldest first
+    GET    runs/ID/metrics?since_id=K&limit=N  its metric rows after row K, at most N (10,000;
+                                          up to 100,000): page on with since_id=last_id
+    GET    runs/ID/health                 each rank's latest health (``telemetry.events.STATES``)
+    GET    runs/ID/events                 its events, oldest first (the latest 1,000)
+    GET    runs/ID/curves?points=N&ranks=0|1&metrics=a,b
+                                          every metric's curve: the mean over ranks (and each
+                                          rank's, ranks=1), at most N points a line (N <= 2000)
+    GET    runs/ID/health/history?points=N  each rank's health measures over time, its states
 
 Errors are JSON ``{"message": ...}``, one line that names the problem and the fix: 400 for a bad
 id, parameter or body, 404 for what is not there, 503 when nbdist's data folder or run store
 cannot be used (``datadir``: someone else's folder, one you cannot write, a damaged store).
 A GET writes nothing.
+
+The curves are folded once per run and kept (``curves.SeriesCache``): polling a live run reads
+only its new rows, and the first read of a long one reads a bounded number of rows at a time
+(``complete: false`` until it has caught up). Answers are strict JSON: no NaN, no Infinity.
 
 Nothing blocks the server's event loop: the run store is read on a small pool of threads
 (``nbdist-store``; while a run is live the sidebar polls its health and metrics four times a second,
@@ -38,8 +47,11 @@ from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
 from ..errors import UsageError
+from ..telemetry.series import MAX_METRICS
 from ..telemetry.store import RunStore
+from ..telemetry.tables import json_safe
 from .clusters import ClusterError, Clusters, parse_count, trim_repr
+from .curves import MAX_POINTS, SeriesCache
 
 #: ``auth_resource`` of the handlers, for Jupyter's authorizer (actions: read, write, execute).
 CLUSTERS_RESOURCE = "nbdist.clusters"
@@ -49,6 +61,8 @@ _SETTINGS_KEY = "nbdist"
 _POOLS: dict[str, ThreadPoolExecutor] = {}  # one of each per process, made on first use
 _RUN_ID = re.compile(r"[0-9]{1,18}")
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+_MAX_EVENTS = 1000  # the latest events of a run that are sent
+_MAX_NAME = 200  # characters of a metric name asked for
 
 
 def _pool(name: str, workers: int) -> ThreadPoolExecutor:
@@ -116,9 +130,29 @@ class _Base(APIHandler):
                 503, f"nbdist could not do that ({type(e).__name__}: {_one_line(e)})"
             ) from None
 
+    @property
+    def series(self) -> SeriesCache:
+        return self.settings[_SETTINGS_KEY]["series"]
+
+    def _names_arg(self) -> list[str] | None:
+        """``metrics=a,b``: the metrics to send (None: all of them)."""
+        raw = self.get_query_argument("metrics", "")
+        names = [n for n in raw.split(",") if n] if raw else []
+        if len(names) > MAX_METRICS or any(len(n) > _MAX_NAME for n in names):
+            raise tornado.web.HTTPError(
+                400,
+                f"metrics must be at most {MAX_METRICS} names of at most {_MAX_NAME} characters, "
+                f"separated by commas, not {trim_repr(raw)}",
+            )
+        return names or None
+
     def _send(self, data: dict, status: int = 200) -> None:
         self.set_status(status)
-        self.finish(json.dumps(data))
+        try:
+            text = json.dumps(data, allow_nan=False)
+        except ValueError:  # a NaN or infinity somewhere: strict JSON has no word for it
+            text = json.dumps(json_safe(data), allow_nan=False)
+        self.finish(text)
 
 
 def _one_line(e: BaseException) -> str:
@@ -192,7 +226,8 @@ class MetricsHandler(_Base):
     async def get(self, run_id: str) -> None:
         rid = _run_id(run_id)
         since = self._int_arg("since_id", 0, 0, 2**62)
-        rows = await self._read(lambda store: store.metrics(_run(store, rid)["id"], since))
+        limit = self._int_arg("limit", 10_000, 1, 100_000)
+        rows = await self._read(lambda store: store.metrics(_run(store, rid)["id"], since, limit))
         self._send({"metrics": rows, "last_id": rows[-1]["id"] if rows else since})
 
 
@@ -215,7 +250,36 @@ class EventsHandler(_Base):
     async def get(self, run_id: str) -> None:
         rid = _run_id(run_id)
         events = await self._read(lambda store: store.events(_run(store, rid)["id"]))
-        self._send({"events": events})
+        self._send({"events": events[-_MAX_EVENTS:]})
+
+
+class CurvesHandler(_Base):
+    auth_resource = RUNS_RESOURCE
+
+    @tornado.web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        rid = _run_id(run_id)
+        points = self._int_arg("points", 400, 2, MAX_POINTS)
+        ranks = self._int_arg("ranks", 0, 0, 1) == 1
+        names = self._names_arg()
+        cache = self.series
+        curves = await self._read(
+            lambda store: cache.curves(store, _run(store, rid), points, ranks, names)
+        )
+        self._send(curves)
+
+
+class HealthHistoryHandler(_Base):
+    auth_resource = RUNS_RESOURCE
+
+    @tornado.web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        rid = _run_id(run_id)
+        points = self._int_arg("points", 400, 2, MAX_POINTS)
+        cache = self.series
+        self._send(await self._read(lambda store: cache.health(store, _run(store, rid), points)))
 
 
 def _run_id(run_id: str) -> int:
@@ -250,12 +314,16 @@ ROUTES = [
     ("runs/" + _ID.format("run_id") + "/metrics", MetricsHandler),
     ("runs/" + _ID.format("run_id") + "/health", HealthHandler),
     ("runs/" + _ID.format("run_id") + "/events", EventsHandler),
+    ("runs/" + _ID.format("run_id") + "/curves", CurvesHandler),
+    ("runs/" + _ID.format("run_id") + "/health/history", HealthHistoryHandler),
 ]
 
 
 def setup_routes(web_app) -> None:
     """Register nbdist's endpoints on the Jupyter server's tornado application."""
-    web_app.settings.setdefault(_SETTINGS_KEY, {"clusters": Clusters(), "store": None})
+    web_app.settings.setdefault(
+        _SETTINGS_KEY, {"clusters": Clusters(), "store": None, "series": SeriesCache()}
+    )
     base = url_path_join(web_app.settings["base_url"], "nbdist", "api")
     web_app.add_handlers(
         ".*$", [(url_path_join(base, path) + "/?$", handler) for path, handler in ROUTES]

@@ -64,6 +64,8 @@ PATHS = [
     "runs/{}/metrics",
     "runs/{}/health",
     "runs/{}/events",
+    "runs/{}/curves",
+    "runs/{}/health/history",
 ]
 
 
@@ -71,7 +73,10 @@ PATHS = [
 @given(
     path=st.sampled_from(PATHS),
     segment=segments,
-    query=st.dictionaries(st.sampled_from(["n", "limit", "since", "after", "rank"]), segments),
+    query=st.dictionaries(
+        st.sampled_from(["n", "limit", "since", "after", "rank", "points", "ranks", "metrics"]),
+        segments,
+    ),
     method=st.sampled_from(["GET", "DELETE", "POST"]),
 )
 def test_paths_and_queries(lab, path, segment, query, method):

@@ -109,6 +109,8 @@ async def test_requests_without_a_token_are_refused(jp_fetch, store):
         (("runs", run, "metrics"), "GET", None),
         (("runs", run, "health"), "GET", None),
         (("runs", run, "events"), "GET", None),
+        (("runs", run, "curves"), "GET", None),
+        (("runs", run, "health", "history"), "GET", None),
     ]:
         code, _ = await fetch_error(jp_fetch, *parts, method=method, body=body, headers=anon)
         assert code == 403, (parts, method)
@@ -142,6 +144,12 @@ async def test_run_detail_metrics_health_events(jp_fetch, store):
     assert [m["step"] for m in data["metrics"]] == [3, 4]
     _, data = await fetch_json(jp_fetch, "runs", rid, "metrics", params={"since_id": 10**9})
     assert data == {"metrics": [], "last_id": 10**9}
+    _, data = await fetch_json(jp_fetch, "runs", rid, "metrics", params={"limit": 2})
+    assert [m["step"] for m in data["metrics"]] == [0, 1]  # a page; the next after last_id
+    _, data = await fetch_json(
+        jp_fetch, "runs", rid, "metrics", params={"since_id": data["last_id"], "limit": 2}
+    )
+    assert [m["step"] for m in data["metrics"]] == [2, 3]
 
     _, data = await fetch_json(jp_fetch, "runs", rid, "health")
     assert [(w["rank"], w["state"], w["host"]) for w in data["workers"]] == [

@@ -80,6 +80,8 @@ ROUTES = [  # (method, path parts, body): every verb of every route
     ("GET", ("runs", "1", "metrics"), None),
     ("GET", ("runs", "1", "health"), None),
     ("GET", ("runs", "1", "events"), None),
+    ("GET", ("runs", "1", "curves"), None),
+    ("GET", ("runs", "1", "health", "history"), None),
 ]
 
 
@@ -222,6 +224,16 @@ async def test_a_damaged_run_store_is_503_not_500(jp_fetch, data_dir):
         ("GET", ("runs",), {"limit": "²"}, None, "limit must be a whole number"),
         ("GET", ("runs",), {"limit": "9" * 400}, None, "limit must be a whole number"),
         ("GET", ("runs", "1", "metrics"), {"since_id": "²"}, None, "since_id must be"),
+        ("GET", ("runs", "1", "metrics"), {"limit": "100001"}, None, "from 1 to 100000"),
+        ("GET", ("runs", "²", "curves"), None, None, "is not a run id"),
+        ("GET", ("runs", "²", "health", "history"), None, None, "is not a run id"),
+        ("GET", ("runs", "1", "curves"), {"points": "1"}, None, "points must be"),
+        ("GET", ("runs", "1", "curves"), {"points": "2001"}, None, "from 2 to 2000"),
+        ("GET", ("runs", "1", "curves"), {"points": "9" * 400}, None, "points must be"),
+        ("GET", ("runs", "1", "curves"), {"ranks": "yes"}, None, "ranks must be"),
+        ("GET", ("runs", "1", "curves"), {"metrics": ",".join("m" * 51)}, None, "at most 50"),
+        ("GET", ("runs", "1", "curves"), {"metrics": "x" * 201}, None, "at most 200 char"),
+        ("GET", ("runs", "1", "health", "history"), {"points": "0"}, None, "points must be"),
         ("POST", ("clusters",), None, json.dumps({"n": "²"}), "not '²'"),
         ("POST", ("clusters",), None, json.dumps({"n": "1" * 5000}), "whole number from 1 to"),
         ("POST", ("clusters",), None, json.dumps({"n": -3}), "not -3"),

@@ -26,19 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import assert_gone, data_dir_env, shutdown_kernel, start_kernel, wait_until
-from lab import running_lab
-
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+from lab import ARTIFACTS, CHROMIUM, chromium_page, running_lab
 
 pytestmark = [
     pytest.mark.skipif(
@@ -118,17 +106,8 @@ def _kill(pid: int) -> None:
 
 @pytest.fixture(scope="module")
 def page(lab):
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        try:
-            pg = browser.new_page(viewport={"width": 1280, "height": 860})
-            pg.set_default_timeout(60_000)
-            pg.goto(lab.page_url("lab"))
-            pg.wait_for_selector("#jp-main-dock-panel")
-            yield pg
-        finally:
-            browser.close()
+    with chromium_page(lab) as pg:
+        yield pg
 
 
 def shot(page, name: str, dark_too: bool = False) -> None:

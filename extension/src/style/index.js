@@ -1,1 +1,4 @@
+import 'uplot/dist/uPlot.min.css';
+import './chart.css';
 import './base.css';
+import './views.css';

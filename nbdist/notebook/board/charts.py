@@ -44,7 +44,7 @@ _STATE_COLOURS = {
     "dead": "#c62828",
     "failed": "#c62828",
     "stopped": "#757575",
-    "done": "#558b2f",
+    "done": "#1976d2",
 }
 _COLUMNS = (
     ("rank", "rank", "d"),

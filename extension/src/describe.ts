@@ -1,0 +1,121 @@
+/**
+ * How the sidebar and its run views name things: a run's title, its length, its step, a
+ * worker's state as shown. Numbers and durations go through format.ts, so a run's length reads
+ * the same on its card, in the list, in its detail view and on the notebook's board.
+ */
+import { IRun, IWorker, WorkerState } from './api';
+import { fmt, fmtDuration, fmtInt, MISSING } from './format';
+
+/** Colours of runs and ranks, in order (the notebook boards' palette, common.js). */
+export const PALETTE = [
+  '#1f77b4',
+  '#ff7f0e',
+  '#2ca02c',
+  '#d62728',
+  '#9467bd',
+  '#8c564b',
+  '#e377c2',
+  '#7f7f7f',
+  '#bcbd22',
+  '#17becf'
+];
+
+/** States of a rank whose cell is still running: only a live run may show them. */
+export const LIVE_STATES: WorkerState[] = ['ok', 'slow', 'silent'];
+
+/** Every state a tile can show, in the legend's order ('unknown': a live state left behind by
+ * a run that is no longer running, e.g. a kernel that died). */
+export const SHOWN_STATES = [
+  'ok',
+  'slow',
+  'silent',
+  'done',
+  'failed',
+  'stopped',
+  'dead',
+  'unknown'
+] as const;
+
+export type ShownState = (typeof SHOWN_STATES)[number];
+
+/** "#12 name" (its label first). */
+export function runTitle(r: IRun): string {
+  const name = r.label || r.name;
+  return name ? `#${r.id} ${name}` : `#${r.id}`;
+}
+
+/** How long the run took, or has taken so far: one rule everywhere. */
+export function runLength(r: IRun): string {
+  return fmtDuration((r.ended ?? r.updated) - r.started);
+}
+
+/** The run's loss: its value, or "nan"/"inf" when it was not finite. */
+export function lossText(r: IRun): string {
+  return r.nonfinite ? r.nonfinite : fmt(r.loss);
+}
+
+/** "1,744 / 3,080", "1,744", or '–'. */
+export function stepText(step: number | null, total: number | null): string {
+  if (step === null) {
+    return MISSING;
+  }
+  return total ? `${fmtInt(step)} / ${fmtInt(total)}` : fmtInt(step);
+}
+
+/** The state a worker's tile shows: a live state of a run that has ended is unknown. */
+export function shownState(w: IWorker, run: IRun): ShownState {
+  if (run.status !== 'running' && LIVE_STATES.includes(w.state)) {
+    return 'unknown';
+  }
+  return (SHOWN_STATES as readonly string[]).includes(w.state)
+    ? (w.state as ShownState)
+    : 'unknown';
+}
+
+/** A worker's tooltip: where it ran and what it measured last. */
+export function workerTitle(w: IWorker): string {
+  const parts = [`rank ${w.rank}`, w.host ? `on ${w.host}` : '', w.state];
+  if (w.cpu !== null) {
+    parts.push(`cpu ${fmt(w.cpu, 3)} %`);
+  }
+  if (w.step_time !== null) {
+    parts.push(`step ${fmtDuration(w.step_time)}`);
+  }
+  if (w.last_report_age !== null) {
+    parts.push(`last report ${fmtDuration(w.last_report_age)} ago`);
+  }
+  return parts.filter(Boolean).join(' · ');
+}
+
+/** "just now", "42 s ago", "12 min ago", or the date. */
+export function ago(epochSeconds: number): string {
+  const s = Date.now() / 1000 - epochSeconds;
+  if (s < 5) {
+    return 'just now';
+  }
+  if (s < 90) {
+    return `${Math.round(s)} s ago`;
+  }
+  if (s < 5400) {
+    return `${Math.round(s / 60)} min ago`;
+  }
+  return new Date(epochSeconds * 1000).toLocaleString();
+}
+
+/** Do positive values span at least two decades? Then a log axis reads them. */
+export function spansDecades(ys: ArrayLike<number | null>): boolean {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (let i = 0; i < ys.length; i++) {
+    const v = ys[i];
+    if (v === null || !Number.isFinite(v)) {
+      continue;
+    }
+    if (v <= 0) {
+      return false;
+    }
+    lo = Math.min(lo, v);
+    hi = Math.max(hi, v);
+  }
+  return hi / lo >= 100;
+}
