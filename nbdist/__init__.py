@@ -30,6 +30,7 @@ _PUBLIC = {
     "HostSpec": "nbdist.config",  # start(hosts=[HostSpec("gpu1", engines=4, user="alice")])
     "pull": "nbdist.notebook.session",
     "run_script": "nbdist.notebook.session",  # %nbdist run FILE ARGS
+    "post_mortem": "nbdist.notebook.session",  # a failed cell's frames on its rank
     "scatter": "nbdist.notebook.data.scatter",
     "gather": "nbdist.notebook.data.gather",
     "attach": "nbdist.notebook.session",

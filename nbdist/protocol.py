@@ -21,6 +21,7 @@ Who sends what::
 from __future__ import annotations
 
 import dataclasses
+import signal
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -243,6 +244,64 @@ class ValueInfo:
     shapes: tuple[tuple[int, ...], ...] = ()
     dtypes: tuple[str, ...] = ()
     nbytes: int = 0
+
+
+# -- looking inside a rank (``notebook.debug``, ``worker.debug``) ---------------------------------
+@dataclass(frozen=True)
+class FrameRecord:
+    """One frame of a rank's stack as the notebook shows it: where, and (for a kept failure)
+    each local's repr, bounded. ``user``: the person's code (a cell, a script, their modules),
+    not nbdist's, a library's or Python's own."""
+
+    file: str
+    line: int
+    function: str
+    source: str = ""  # the line's text, stripped
+    locals: tuple[tuple[str, str], ...] = ()
+    user: bool = True
+
+
+@dataclass(frozen=True)
+class PostMortem:
+    """A failed cell's frames on one rank, kept there until its next cell: the person's frames,
+    outermost first, the one that raised last (``nbdist.post_mortem``)."""
+
+    rank: int
+    summary: str  # the exception, one line: "KeyError: 'b'"
+    frames: tuple[FrameRecord, ...]
+
+
+#: Data-publication keys of stacks an engine sends while a cell runs: ``STACKS_KEY`` + pid:seq.
+STACKS_KEY = "nbdist-stacks:"
+#: The signal that asks an engine for its stacks (SIGUSR1 is Slurm's and Lightning's).
+STACKS_SIGNAL = signal.SIGUSR2
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """One thread's Python stack, outermost frame first."""
+
+    name: str
+    frames: tuple[FrameRecord, ...]
+    main: bool = False  # the thread that runs the cells
+
+
+@dataclass(frozen=True)
+class RankStacks:
+    """Where one rank's threads were: ``how`` they were read (``faulthandler``: a signal, even
+    in C code; ``engine``: asked between cells; ``py-spy``: from outside the process)."""
+
+    rank: int
+    threads: tuple[ThreadStack, ...]
+    how: str = "faulthandler"
+
+
+@dataclass(frozen=True)
+class DebugReply:
+    """What one pdb command printed on the failed rank, and whether the session has ended."""
+
+    output: str
+    done: bool = False
 
 
 # -- a cluster held by a cluster host (the sidebar's "Start cluster") ----------------------------

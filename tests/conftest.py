@@ -170,6 +170,8 @@ class CellResult:
     error: dict | None = None  # {"ename", "evalue", "traceback"}
     displays: list = field(default_factory=list)
     seconds: float = 0.0
+    # displays updated in place: display id -> each text/plain it showed, in order
+    in_place: dict = field(default_factory=dict)
 
 
 class Kernel:
@@ -216,8 +218,12 @@ class Kernel:
                     res.stderr += content["text"]
             elif kind == "execute_result":
                 res.result = content["data"].get("text/plain")
-            elif kind == "display_data":
-                res.displays.append(content["data"])
+            elif kind in ("display_data", "update_display_data"):
+                if kind == "display_data":
+                    res.displays.append(content["data"])
+                shown_id = content.get("transient", {}).get("display_id")
+                if shown_id is not None and "text/plain" in content["data"]:
+                    res.in_place.setdefault(shown_id, []).append(content["data"]["text/plain"])
             elif kind == "error":
                 res.error = content
             elif kind == "status" and content["execution_state"] == "idle":

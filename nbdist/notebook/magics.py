@@ -108,6 +108,9 @@ def _nbdist_parser() -> _Parser:
     _add_cell_options(run)
     run.add_argument("file", help="the script; everything after it is its own command line")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    sub.add_parser("stacks", help="where every rank's threads are now, folded")
+    db = sub.add_parser("debug", help="pdb on the rank that failed in the last cell")
+    db.add_argument("--rank", type=int, default=None, help="default: the first to fail")
     pl = sub.add_parser("pull", help="bring an engine variable into the notebook")
     pl.add_argument("name")
     pl.add_argument("--rank", type=int, default=0)
@@ -239,7 +242,8 @@ class NbdistMagics(Magics):
     @line_magic
     def nbdist(self, line: str):
         """Control the cluster: ``%nbdist start -n N`` | ``attach [ID]`` | ``stop`` | ``status`` |
-        ``run [OPTIONS] FILE [ARGS...]`` | ``pull NAME`` | ``scatter NAME``."""
+        ``run [OPTIONS] FILE [ARGS...]`` | ``pull NAME`` | ``scatter NAME`` |
+        ``debug [--rank R]`` | ``stacks``."""
         args = _parse(_nbdist_parser(), line)
         if args is None:
             return None
@@ -300,6 +304,14 @@ class NbdistMagics(Magics):
             cluster = session.current()
             name = args.name or os.path.basename(args.file)
             programs.run_watched(cluster, program, opts, name)
+        elif args.command == "stacks":
+            from .debug import stacks
+
+            print(stacks.fold(stacks.between_cells(session.current())))
+        elif args.command == "debug":
+            from .debug import postmortem
+
+            postmortem.debug(session.current(), args.rank)
         elif args.command == "pull":
             target = args.target
             if target is not None and (not target.isidentifier() or keyword.iskeyword(target)):

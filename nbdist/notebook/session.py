@@ -4,7 +4,7 @@
 kernel's current one; ``current()`` finds it (data, sweeps and the magics ask for it here);
 ``Cluster.run`` runs a cell on its ranks through ``notebook.run`` (the controller, the
 supervisor, recovery); ``pull`` brings an engine's variable into the notebook;
-``run_script`` is ``%nbdist run`` from Python.
+``run_script`` is ``%nbdist run`` from Python; ``post_mortem`` the frames a failed cell left.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from typing import Any
 
 from .. import config
 from ..errors import UsageError
-from ..protocol import PipelineRole, Program
+from ..protocol import PipelineRole, PostMortem, Program
 from ..worker import api
 from .cluster import attach as attaching
 from .cluster import hosts, placement
 from .cluster.ranks import Ranks
 from .cluster.transfer import EngineValue, unpack
+from .debug import postmortem
 from .run import controller, programs
 from .run.observers import RunObserver
 
@@ -159,6 +160,13 @@ def attach(cluster_id: str | None = None) -> Cluster:
 def pull(name: str, rank: int = 0) -> Any:
     """Bring the engine variable ``name`` from ``rank`` (default 0) into the notebook."""
     return current().pull(name, rank=rank)
+
+
+def post_mortem(rank: int | None = None) -> PostMortem:
+    """The frames a failed ``%%distributed`` cell left on its rank, as data: file, line,
+    function, source line and each local's repr (``%nbdist debug`` is pdb over the same).
+    ``rank``: by default the rank that failed first by itself."""
+    return postmortem.post_mortem(current(), rank)
 
 
 def run_script(

@@ -17,11 +17,14 @@ from typing import Any
 from ..protocol import (
     CellOutcome,
     CellRequest,
+    DebugReply,
     EngineIdentity,
     GpuInfo,
     Inventory,
     PackedValue,
+    PostMortem,
     RankInfo,
+    RankStacks,
     ShardMeta,
     ValueInfo,
 )
@@ -37,10 +40,13 @@ def setup(threads: int) -> Inventory:
     import torch
 
     from .._version import __version__
-    from . import rendezvous, script
+    from . import console, rendezvous, script
+    from .debug import stacks
 
     torch.set_num_threads(threads)
     script.not_interactive()  # frameworks must see a script's process, not a REPL
+    console.install()  # console progress bars; what a rank prints reaches the notebook as printed
+    stacks.install()  # every thread's stack on a signal, even in C code
     state.namespace()["nbdist"] = sys.modules["nbdist"]  # cells say nbdist.rank() unimported
     rendezvous.install_idempotent_init()
     gpus = []
@@ -107,6 +113,27 @@ def run_cell(request: CellRequest) -> CellOutcome:
     from . import runner
 
     return runner.run_cell(request)
+
+
+def post_mortem(rank: int) -> PostMortem | None:
+    """The frames of this engine's failed cell (``nbdist.post_mortem``); None if none failed."""
+    from .debug import postmortem
+
+    return postmortem.frames(rank)
+
+
+def stacks() -> RankStacks:
+    """Every thread's stack on this engine now (``%nbdist stacks``, between cells)."""
+    from .debug import stacks
+
+    return stacks.current()
+
+
+def debug(line: str | None) -> DebugReply:
+    """One command of ``%nbdist debug``'s pdb session over the failed cell (None: open it)."""
+    from .debug import postmortem
+
+    return postmortem.debug(line)
 
 
 def fetch(name: str) -> PackedValue | None:

@@ -344,6 +344,17 @@ def event(kind: str, message: str = "", **data: Any) -> None:
     r.wake.set()
 
 
+def publish(data: dict) -> bool:
+    """Send ``data`` (under keys of its own kind: the collector reads ``nbdist:`` keys only) to
+    the notebook, tied to the running cell, from any thread; False between cells."""
+    r = _reporter
+    with r.lock:
+        if r.parent is None or r.pub is None:
+            return False
+        _publish(r.pub, r.parent, data)
+        return True
+
+
 def begin_cell() -> None:
     """Runner hook, main thread, cell start: capture the cell's request, start the sender."""
     _reporter.begin_cell()

@@ -18,9 +18,11 @@ import time
 import traceback
 
 from ..errors import CheckpointWriteError, NbdistError
+from ..frames import is_user, package
 from ..protocol import CellOutcome, CellRequest, PackedValue, Program
 from . import rendezvous, reporter, script, state, trials
 from .checkpoint import save as checkpoint
+from .debug import postmortem
 from .values import portable
 
 
@@ -35,19 +37,12 @@ def _transform(program: Program) -> str:
     return shell.transform_cell(program.source)
 
 
-def _failure(exc: BaseException) -> CellOutcome:
-    """The exception as the notebook shows it: the user's frames only, and a one-line summary."""
+def _failure(exc: BaseException, program: str) -> CellOutcome:
+    """The exception as the notebook shows it: the person's frames, each run of a library's
+    folded into one line, and a one-line summary."""
     tb = traceback.TracebackException.from_exception(exc)
-    # Drop nbdist's frames above the user's code; for nbdist's own errors (bad input to an
-    # nbdist function), those below it too: the person sees their line and the one-line message.
     ours = isinstance(exc, NbdistError)
-    frames = [
-        f
-        for f in tb.stack
-        if f.filename not in _OWN_FILES and not (ours and f.filename.startswith(_PACKAGE))
-    ]
-    tb.stack = traceback.StackSummary.from_list(frames)
-    lines = list(tb.format())
+    lines = _format(tb, program, ours)
     if ours and lines:
         lines[-1] = f"{type(exc).__name__}: {exc}\n"  # not nbdist.errors.UsageError
     summary = lines[-1].strip() if lines else repr(exc)
@@ -62,6 +57,38 @@ def _failure(exc: BaseException) -> CellOutcome:
     elif kind == "interrupted":
         summary = "KeyboardInterrupt (nbdist: interrupted)"
     return CellOutcome(kind=kind, at=time.time(), summary=summary, traceback="".join(lines[:-1]))
+
+
+def _format(tb: traceback.TracebackException, program: str, ours: bool) -> list[str]:
+    """``tb`` (and the exceptions it came from) as ``traceback`` writes it, but nbdist's runner
+    left out (and, for nbdist's own errors, every nbdist frame: the person sees their line and
+    the message), and each run of frames not the person's folded into one line."""
+    out: list[str] = []
+    if tb.__cause__ is not None:
+        out += _format(tb.__cause__, program, False)
+        out.append("\nThe above exception was the direct cause of the following exception:\n\n")
+    elif tb.__context__ is not None and not tb.__suppress_context__:
+        out += _format(tb.__context__, program, False)
+        out.append("\nDuring handling of the above exception, another exception occurred:\n\n")
+    frames = [
+        f
+        for f in tb.stack
+        if f.filename not in _OWN_FILES and not (ours and f.filename.startswith(_PACKAGE))
+    ]
+    if frames:
+        out.append("Traceback (most recent call last):\n")
+    run: list[traceback.FrameSummary] = []
+    for f in [*frames, None]:
+        if f is not None and not is_user(f.filename, program):
+            run.append(f)
+            continue
+        if run:
+            n = f"{len(run)} frames" if len(run) > 1 else "1 frame"
+            out.append(f"  … {n} in {package(run[-1].filename)} {run[-1].name}\n")
+            run = []
+        if f is not None:
+            out += traceback.StackSummary.from_list([f]).format()
+    return out + list(tb.format_exception_only())
 
 
 _OWN_FILES = {__file__, script.__file__}
@@ -93,6 +120,8 @@ def run_cell(req: CellRequest) -> CellOutcome:
     first, on every rank at once, before the cell's own code runs.
     """
     checkpoint.set_run(req.run_key)
+    postmortem.forget()  # the last failure's frames: kept until now
+    state.engine.program_file = req.program.filename
     bound = None
     try:
         reporter.begin_cell()  # ties nbdist.report()'s batches to this request; starts health
@@ -101,9 +130,10 @@ def run_cell(req: CellRequest) -> CellOutcome:
         bound = trials.begin(req.trial)
         out = CellOutcome(kind="ok", at=time.time(), value=_execute(req.program, req.want_value))
     except BaseException as exc:  # noqa: B036 - KeyboardInterrupt and SystemExit are outcomes too
-        out = _failure(exc)
+        out = _failure(exc, req.program.filename)
         if out.kind != "ok":
             rendezvous.abort()
+            postmortem.keep(exc, req.program.filename)  # for %nbdist debug, until the next cell
     finally:
         trials.end(req.trial, bound)
         reporter.end_cell()  # the last records go out before the reply

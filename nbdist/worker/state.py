@@ -60,6 +60,12 @@ class Engine:
     """The names each trial's cell bound here, by trial id (``%nbdist pull NAME --trial``)."""
     pipeline_parts: weakref.WeakSet = field(default_factory=weakref.WeakSet)
     """Every pipeline stage module on this engine: checkpoints save them per rank."""
+    program_file: str = ""
+    """The running (or last) cell's file name, or its script's: its frames are the person's."""
+    failure: Any = None
+    """The last cell's exception, its frames alive, until the next cell (``debug.postmortem``)."""
+    debugger: Any = None
+    """The pdb session over ``failure``, while ``%nbdist debug`` has one open."""
 
 
 engine = Engine()

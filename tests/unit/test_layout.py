@@ -222,7 +222,8 @@ def test_no_circle_in_the_sidebar():
 
 
 #: The floor: what both sides stand on. It imports neither side.
-FLOOR = ("protocol", "wire", "errors", "config", "launcher_config", "paths", "datadir", "telemetry")
+FLOOR = ("protocol", "wire", "errors", "config", "launcher_config", "paths", "datadir", "telemetry",
+         "frames")  # fmt: skip
 
 
 def test_engine_code_never_imports_kernel_code_and_the_floor_neither_side():
@@ -242,10 +243,10 @@ def test_engine_code_never_imports_kernel_code_and_the_floor_neither_side():
 #: cell's run, over the cluster and the boards. The engines: the door (``api``, ``runner``) over
 #: the job folders, over the engine's own ground (its state, rank context, reporter...).
 ROOMS = {
-    "notebook": {"magics": 5, "data": 4, "sweeps": 4, "session": 3, "run": 2, "cluster": 1,
-                 "board": 1},
+    "notebook": {"magics": 6, "data": 5, "sweeps": 5, "session": 4, "run": 3, "debug": 2,
+                 "cluster": 1, "board": 1},
     "worker": {"api": 4, "runner": 3, "checkpoint": 2, "train": 1, "pipeline": 1,
-               "integrations": 1, "ground": 0},
+               "integrations": 1, "debug": 1, "ground": 0},
 }  # fmt: skip
 
 

@@ -16,6 +16,7 @@ mean, bounded). The records are ``telemetry.events``'s: ``Batch`` in; ``MetricRe
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections import deque
@@ -65,8 +66,25 @@ class RankState:
     progress: deque = field(default_factory=lambda: deque(maxlen=64))  # (engine time, step)
     log: deque = field(default_factory=lambda: deque(maxlen=5))
     _partial: str = ""
-    _shown: int = 0
+    _seen: str = ""  # the rank's stdout as last read
     _last_step_at: tuple | None = None  # (engine time, step) of the previous record
+
+
+def arrived(seen: str, now: str) -> str:
+    """What a rank wrote since ``seen``, given the text ipyparallel's client keeps of its stream
+    ``now``. The client rewrites that text when a ``\r`` arrives (it keeps what follows the
+    last one on a line), so it may shrink: a rewritten line comes back as a redraw, ``\r`` and
+    the line as it now reads, after the lines already read."""
+    if now.startswith(seen):
+        return now[len(seen) :]
+    start = seen.rfind("\n", 0, len(os.path.commonprefix([seen, now]))) + 1
+    tail = now[start:]
+    for _ in range(seen.count("\n", start)):  # lines read before, rewritten since: skipped
+        cut = tail.find("\n")
+        if cut < 0:
+            return ""
+        tail = tail[cut + 1 :]
+    return "\r" + tail if tail else ""
 
 
 def classify(
@@ -214,12 +232,12 @@ class Collector:
         self.series.add(st.rank, step, metric_values(loss, extra))
 
     def _read_log(self, st: RankState, text: str) -> None:
-        if len(text) == st._shown:
+        if text is st._seen:
             return
-        new, st._shown = text[st._shown :], len(text)
+        new, st._seen = arrived(st._seen, text), text
         lines = (st._partial + new).split("\n")
         st._partial = lines.pop()
-        st.log.extend(line.rstrip("\r") for line in lines[-st.log.maxlen :])
+        st.log.extend(shown(line) for line in lines[-st.log.maxlen :])
 
     def _event(
         self, kind: str, rank: int | None, message: str, data: dict, at: float | None = None
@@ -302,6 +320,12 @@ def ending(rank: int, out: CellOutcome) -> tuple[str, str | None]:
     if out.kind in ("interrupted", "timeout") or RankFailure(rank, out.summary).bystander:
         return ev.STOPPED, None
     return ev.FAILED, out.summary or None
+
+
+def shown(line: str) -> str:
+    """What shows of a line rewritten with carriage returns: its last non-empty stretch."""
+    parts = [p for p in line.split("\r") if p]
+    return parts[-1] if parts else ""
 
 
 def _why(st: RankState, state: str, now: float) -> str:

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from ...config import ClusterConfig
-from ...errors import NbdistError
+from ...errors import NbdistError, RankFailure
 from ...protocol import Inventory, PipelineRole, RankInfo
 from ...worker import api
 from . import fanout, placement
@@ -38,6 +38,9 @@ class Ranks:
         self.journal = Journal()  # what fresh engines are given again (notebook.run.replay)
         self.exited: dict[int, EngineExit] = {}  # engine deaths by pid (see drain_exits)
         self.roles: dict[int, PipelineRole] = {}  # each rank's stage, from its latest cell
+        # how each rank failed in the latest cell, and the pid of the engine it failed on: a
+        # post-mortem looks there (notebook.debug.postmortem)
+        self.failed: dict[int, tuple[RankFailure, int]] = {}
         self.last_sweep: Any = None  # the latest sweep's table of trials (%nbdist pull --trial)
 
     # -- life -------------------------------------------------------------------------------

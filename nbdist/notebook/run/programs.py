@@ -22,6 +22,7 @@ from pathlib import Path
 from ... import paths
 from ...config import CellOptions
 from ...errors import UsageError
+from ...frames import CELL_PREFIX
 from ...protocol import Program
 from ..cluster.ranks import Ranks
 from . import controller
@@ -39,7 +40,7 @@ def cell(source: str, transform: Callable[[str], str] | None = None) -> Program:
         line = (e.text or "").strip()
         where = f"line {e.lineno}" + (f": {line}" if line else "")
         raise UsageError(f"syntax error in the cell ({e.msg}), {where}") from None
-    name = f"<distributed-cell-{next(_cell_numbers)}>"
+    name = f"{CELL_PREFIX}{next(_cell_numbers)}>"
     return Program(source=source, filename=name, argv=(name,), cwd=os.getcwd())
 
 

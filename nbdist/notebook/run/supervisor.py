@@ -12,7 +12,6 @@ the journal make it.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,10 +21,13 @@ from ...config import CellOptions
 from ...errors import RankFailure
 from ...protocol import CellOutcome, CellRequest, Program, RankInfo, TrialInfo
 from ...worker import api
+from ..board.collector import arrived
 from ..cluster import fanout
 from ..cluster.ranks import Ranks
 from ..cluster.transfer import unpack
+from ..debug import stacks
 from .observers import RunObserver
+from .output import RankOutput
 
 _POLL = 0.02  # seconds between looks at the ranks while output flows (what a person sees)
 _IDLE_POLL = 0.1  # ...and otherwise: telemetry is read this often, for 0.25 s dashboard updates
@@ -59,15 +61,16 @@ class _NoReply:
 class RankRun:
     """One rank's part of a running cell, as observers see it at each poll (a
     ``board.collector.RankFeed``): ``ar.metadata`` holds what the engine has sent so far (output,
-    telemetry); ``outcome`` is set once known; ``shown`` and ``partial``: what was printed."""
+    telemetry); ``outcome`` is set once known; ``seen``: its streams as last read."""
 
     rank: int
     engine_id: int
     pid: int
     ar: object  # ipyparallel AsyncResult
     outcome: CellOutcome | None = None
-    shown: dict = field(default_factory=lambda: {"stdout": 0, "stderr": 0, "outputs": 0})
-    partial: dict = field(default_factory=lambda: {"stdout": "", "stderr": ""})
+    seen: dict = field(default_factory=lambda: {"stdout": "", "stderr": ""})
+    outputs: int = 0  # rich outputs shown
+    output: RankOutput | None = None  # how its output is shown, if it is
 
 
 @dataclass
@@ -123,6 +126,7 @@ class CellRun:
     ):
         self.cluster = cluster
         self.opts = opts
+        self.program = program
         self.observers = list(observers or ())
         ranks = list(opts.ranks) if opts.ranks is not None else [s.rank for s in cluster.slots]
         self.main_rank = ranks[0]
@@ -173,28 +177,25 @@ class CellRun:
 
     def _stream(self, rk: RankRun, final: bool = False) -> None:
         md = rk.ar.metadata  # filled in by the client as iopub messages arrive
-        for name, target in (("stdout", sys.stdout), ("stderr", sys.stderr)):
-            text = md.get(name, "")
-            new = text[rk.shown[name] :]
-            rk.shown[name] = len(text)
+        visible = self._visible(rk.rank)
+        if visible and rk.output is None:
+            label = f"[rank {rk.rank}] " if self.opts.all_output else ""
+            rk.output = RankOutput(self.prefix + label)
+        for name in ("stdout", "stderr"):
+            text = md.get(name) or ""
+            new = arrived(rk.seen[name], text)
+            rk.seen[name] = text
             if new:
                 self._news = True
-            if not new and not final:
-                continue
-            buf = rk.partial[name] + new
-            lines = buf.split("\n")
-            rk.partial[name] = "" if final else lines.pop()
-            if final and lines and lines[-1] == "":
-                lines.pop()
-            if lines and self._visible(rk.rank):
-                prefix = self.prefix + (f"[rank {rk.rank}] " if self.opts.all_output else "")
-                target.write("".join(f"{prefix}{line}\n" for line in lines))
-                target.flush()
+            if visible and (new or final):
+                rk.output.write(name, new, final)
+        if visible:
+            rk.output.flush()  # a line rewritten in place: its latest state, when due
         outputs = md.get("outputs", [])
-        for out in outputs[rk.shown["outputs"] :]:
-            if self._visible(rk.rank):
+        for out in outputs[rk.outputs :]:
+            if visible:
                 self._republish(out)
-        rk.shown["outputs"] = len(outputs)
+        rk.outputs = len(outputs)
 
     @staticmethod
     def _republish(out: dict) -> None:
@@ -223,11 +224,13 @@ class CellRun:
             if ex is not None and rk.outcome is None:
                 rk.outcome = _lost("died", f"engine process {ex.describe()} (pid {ex.pid})")
 
-    def _stop_running(self, report: CellReport) -> None:
-        """Interrupt the ranks still running; kill the ones that will not stop."""
+    def _stop_running(self, report: CellReport, why: str) -> None:
+        """Show where the ranks still running are, interrupt them; kill those that will not
+        stop."""
         running = self._running()
         if not running:
             return
+        self._show_where(running, why)
         self.cluster.engines.signal([rk.pid for rk in running])
         deadline = time.monotonic() + self.opts.stop_wait
         while self._running() and time.monotonic() < deadline:
@@ -245,14 +248,23 @@ class CellRun:
         self.cluster.engines.signal([rk.pid], sig=9)
         rk.outcome = _lost("hung", why)
 
+    def _show_where(self, ranks: list[RankRun], why: str) -> None:
+        """Print where each of ``ranks`` is now, folded (``debug.stacks``), before it is
+        stopped: the one look there is at a rank stuck in a collective or in C code."""
+        got = stacks.collect(self.cluster.engines, {rk.rank: (rk.pid, rk.ar) for rk in ranks})
+        where = stacks.fold(got, self.program)
+        print(f"{self.prefix}nbdist: {why}; where the ranks were:\n{where}", flush=True)
+
     def _note_hangs(self) -> None:
         """Ask the observers (the dashboard's collector) which ranks passed the progress
         deadline; kill those, so the cell ends and recovery can replace them."""
         for obs in self.observers:
-            for r in obs.hung_ranks(self.opts.progress_timeout):
-                rk = self.ranks.get(r)
-                if rk is None or rk.outcome is not None:
-                    continue
+            hung = [self.ranks[r] for r in obs.hung_ranks(self.opts.progress_timeout)]
+            hung = [rk for rk in hung if rk.outcome is None]
+            if hung:
+                deadline = f"no progress for {self.opts.progress_timeout:g} s"
+                self._show_where(hung, f"{deadline}: killing the ranks that made none")
+            for rk in hung:
                 self._kill(
                     rk,
                     f"made no progress for {self.opts.progress_timeout:g} s "
@@ -290,16 +302,16 @@ class CellRun:
         ):
             self._first_failure = now
         if self._first_failure is not None and now - self._first_failure > self.opts.grace:
-            self._stop_running(self.report)
+            self._stop_running(self.report, "stopping the ranks a failure left running")
         elif self._deadline is not None and now > self._deadline:
             self._timed_out = True
-            self._stop_running(self.report)
+            self._stop_running(self.report, f"the cell ran past --timeout {self.opts.timeout:g} s")
         return not self._running()
 
     def interrupt(self) -> None:
         """Stop every rank still running: the interrupt button, or a sweep stopping a trial."""
         self.report.interrupted = True
-        self._stop_running(self.report)
+        self._stop_running(self.report, "interrupted")
 
     def finish(self) -> CellReport:
         """Once no rank runs: the last output and reports, and how the cell went."""
@@ -325,6 +337,7 @@ class CellRun:
         return self.finish()
 
     def _summarise(self, report: CellReport, timed_out: bool) -> None:
+        self.cluster.failed = {}
         for rk in self.ranks.values():
             out = rk.outcome
             if out.kind not in ("died", "hung"):  # what the rank answered of itself
@@ -349,8 +362,8 @@ class CellRun:
                 )
             if out.kind in ("died", "hung"):
                 report.lost.append(rk.rank)
-            report.failures.append(
-                RankFailure(rk.rank, out.summary, out.traceback, out.at, out.kind)
-            )
+            failure = RankFailure(rk.rank, out.summary, out.traceback, out.at, out.kind)
+            report.failures.append(failure)
+            self.cluster.failed[rk.rank] = (failure, rk.pid)
         if report.failures:
             report.group_broken = True
