@@ -36,6 +36,7 @@ BENCHMARKS = (
     "bench_slow_link",
     "bench_pipeline",
     "bench_sweep",
+    "bench_debug",
 )
 
 _FIELDS = {f.name for f in dataclasses.fields(Result)}

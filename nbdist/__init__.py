@@ -31,6 +31,7 @@ _PUBLIC = {
     "pull": "nbdist.notebook.session",
     "run_script": "nbdist.notebook.session",  # %nbdist run FILE ARGS
     "post_mortem": "nbdist.notebook.session",  # a failed cell's frames on its rank
+    "profile": "nbdist.notebook.session",  # the last --profile: per-rank table, straggler, trace
     "scatter": "nbdist.notebook.data.scatter",
     "gather": "nbdist.notebook.data.gather",
     "attach": "nbdist.notebook.session",

@@ -21,14 +21,12 @@ from .errors import UsageError
 #: Environment variable naming nbdist's data directory (run store, cluster records, checkpoints).
 DATA_DIR_ENV = "NBDIST_DATA_DIR"
 
-#: Engines a machine may run per CPU unless ``oversubscribe``: each is a process with its own
-#: Python and torch whose rank computes; past a few per core they only wait for each other, and
-#: 100,000 exhaust memory (the kernel was killed) before any is ready. Four per CPU, never fewer
-#: than 8 in all, still lets a laptop rehearse a many-rank run (8 ranks on 2 cores).
+#: Engines a machine may run per CPU unless ``oversubscribe``: past a few per core they only wait
+#: for each other, and 100,000 exhaust memory before any is ready. Four per CPU, never fewer than
+#: 8 in all, still lets a laptop rehearse a many-rank run (8 ranks on 2 cores).
 ENGINES_PER_CPU = 4
 MIN_ENGINE_LIMIT = 8
-#: Engines a scheduler (slurm, mpi) may be asked for unless ``oversubscribe`` says otherwise:
-#: the slots are the scheduler's to count; this only refuses a number nobody means.
+#: Engines a scheduler (slurm, mpi) may be asked for: its slots are its own; this refuses nonsense.
 SCHEDULER_ENGINE_LIMIT = 4096
 #: Restarts one cell may use: a worker lost more often has a cause to fix, not to retry.
 MAX_RESTARTS = 100
@@ -202,6 +200,8 @@ class CellOptions:
     (a deadlock in a collective); it is killed, and replaced when --restarts allows."""
     quiet: bool = False
     """Show no output (used when earlier cells are replayed on fresh engines)."""
+    profile: int | bool = False
+    """torch.profiler on every rank: True for the whole cell, N for its first N steps."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -226,6 +226,8 @@ class CellOptions:
         set_(
             self, "progress_timeout", seconds(self.progress_timeout, "--progress-timeout", low, fix)
         )
+        if not isinstance(self.profile, bool):  # True: the whole cell; N: its first N steps
+            set_(self, "profile", whole(self.profile, "--profile STEPS", 1))
         if not isinstance(self.extra, dict):
             raise UsageError(f"extra must be a dict, not {type(self.extra).__name__}")
 
@@ -391,9 +393,8 @@ class RemoteConfig:
                 raise UsageError(f"--ip {self.ip!r} is not an address of this machine")
         if not isinstance(self.env_check, str) or self.env_check not in ("refuse", "warn"):
             raise UsageError(f"env_check must be 'refuse' or 'warn', not {self.env_check!r}")
-        object.__setattr__(
-            self, "connect_timeout", seconds(self.connect_timeout, "connect_timeout")
-        )
+        timeout = seconds(self.connect_timeout, "connect_timeout")
+        object.__setattr__(self, "connect_timeout", timeout)
         rd = self.remote_dir
         if not isinstance(rd, str) or not rd or ".." in rd.split("/") or _control(rd):
             raise UsageError(f"remote_dir {rd!r}: name a directory without '..'")

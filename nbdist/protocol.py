@@ -182,6 +182,7 @@ class CellRequest:
     want_value: bool = False  # send the last expression's value back (the main rank)
     group_timeout: float = 300.0
     trial: TrialInfo | None = None  # a sweep's trial: its group is ``group``, of its own ranks
+    profile: int | bool = False  # torch.profiler: True for the whole cell, N for N steps
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,7 @@ class CellOutcome:
     traceback: str = ""  # the user's frames only
     group_formed: bool = False  # the process group still stands on this rank
     pipeline: PipelineRole | None = None  # the rank's stage in its latest nbdist.pipeline
+    profile: ProfileResult | None = None  # what torch.profiler saw, when the cell asked
 
     @property
     def ok(self) -> bool:
@@ -247,6 +249,20 @@ class ValueInfo:
 
 
 # -- looking inside a rank (``notebook.debug``, ``worker.debug``) ---------------------------------
+@dataclass(frozen=True)
+class ProfileResult:
+    """What torch.profiler saw on one rank over a cell (or its first steps): the window's wall
+    time and steps (``report()`` calls), seconds in data loading, each collective's seconds in
+    the order they started (matched across ranks by that order: SPMD), and the rank's Chrome
+    trace, gzip-compressed JSON (None when too large to send)."""
+
+    steps: int
+    seconds: float
+    data: float
+    collectives: tuple[float, ...]
+    trace: bytes | None = None
+
+
 @dataclass(frozen=True)
 class FrameRecord:
     """One frame of a rank's stack as the notebook shows it: where, and (for a kept failure)

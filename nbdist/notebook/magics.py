@@ -175,6 +175,16 @@ def _add_cell_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tensorboard", metavar="DIR", default=None, help="also write TensorBoard logs")
     p.add_argument("--stop-on-nan", action="store_true", help="stop every rank on a NaN/inf loss")
     p.add_argument("--name", default="", help="a name for this run in nbdist.runs()")
+    # looking inside (see nbdist.notebook.debug.profile)
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const=True,
+        default=False,
+        type=_profile_steps,
+        metavar="STEPS",
+        help="torch.profiler on every rank: the whole cell, or its first STEPS steps",
+    )
 
 
 def _cell_options(args: argparse.Namespace) -> CellOptions:
@@ -191,8 +201,28 @@ def _cell_options(args: argparse.Namespace) -> CellOptions:
         restarts=args.restarts,
         min_workers=args.min_workers,
         progress_timeout=args.progress_timeout,
+        profile=args.profile,
         extra=telemetry,
     )
+
+
+def _profile_steps(text: str) -> int | bool:
+    if text == "all":
+        return True
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of steps, not {text!r}") from None
+
+
+def _explicit_profile(tokens: list[str]) -> list[str]:
+    """``--profile`` followed by a word that is not a number of steps (``%nbdist run --profile
+    train.py``) profiles the whole run: the word is not STEPS."""
+    out = list(tokens)
+    for i, t in enumerate(out[:-1]):
+        if t == "--profile" and not out[i + 1].lstrip("-").isdigit():
+            out[i] = "--profile=all"
+    return out
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -217,9 +247,11 @@ def _positive(text: str) -> int:
     return value
 
 
-def _parse(parser: _Parser, line: str) -> argparse.Namespace | None:
+def _parse(parser: _Parser, line: str, script: bool = False) -> argparse.Namespace | None:
+    """``line`` parsed (``script``: it may name a script after ``--profile``)."""
     try:
-        return parser.parse_args(shlex.split(line))
+        tokens = shlex.split(line)
+        return parser.parse_args(_explicit_profile(tokens) if script else tokens)
     except _HelpShown:
         return None
     except ValueError as e:  # unbalanced quotes
@@ -244,7 +276,7 @@ class NbdistMagics(Magics):
         """Control the cluster: ``%nbdist start -n N`` | ``attach [ID]`` | ``stop`` | ``status`` |
         ``run [OPTIONS] FILE [ARGS...]`` | ``pull NAME`` | ``scatter NAME`` |
         ``debug [--rank R]`` | ``stacks``."""
-        args = _parse(_nbdist_parser(), line)
+        args = _parse(_nbdist_parser(), line, script=True)
         if args is None:
             return None
         if args.command == "start":

@@ -24,6 +24,8 @@ from .cluster import hosts, placement
 from .cluster.ranks import Ranks
 from .cluster.transfer import EngineValue, unpack
 from .debug import postmortem
+from .debug import profile as profiling
+from .debug.profile import Profile
 from .run import controller, programs
 from .run.observers import RunObserver
 
@@ -169,6 +171,13 @@ def post_mortem(rank: int | None = None) -> PostMortem:
     return postmortem.post_mortem(current(), rank)
 
 
+def profile() -> Profile:
+    """The last cell run with ``--profile``: ``.table`` (a row per rank: step, computing,
+    communicating, data loading, waiting, in ms per step), ``.straggler`` (the rank the others
+    wait for, or None) and ``.trace`` (the merged Chrome trace's path)."""
+    return profiling.last()
+
+
 def run_script(
     file: str | os.PathLike,
     *args: str,
@@ -183,6 +192,7 @@ def run_script(
     tensorboard: str | None = None,
     stop_on_nan: bool = False,
     name: str = "",
+    profile: int | bool = False,
 ) -> None:
     """Run the script ``file`` on every rank with ``args`` as its command line, as
     ``torchrun --nproc-per-node N file args...`` would; ``%nbdist run`` from Python.
@@ -205,6 +215,7 @@ def run_script(
         restarts=restarts,
         min_workers=min_workers,
         progress_timeout=progress_timeout,
+        profile=profile,
         extra=telemetry,
     )
     programs.run_watched(current(), program, opts, name or Path(program.name).name)

@@ -302,9 +302,12 @@ def report(
     _append((_now(), step, loss, samples, total, metrics or None))  # MetricRecord's order
     if type(loss) is float and loss - loss != 0.0:  # NaN or +-inf: out at once
         _reporter.wake.set()
+    if _step_hook is not None:  # a cell under --profile counts its steps here
+        _step_hook()
 
 
 _now = time.time
+_step_hook: Any = None  # called at every report() while a profiled cell counts steps
 _append = _reporter.queue.append  # the deque lives as long as the engine (cleared, not replaced)
 _INT_OR_NONE = frozenset({int, type(None)})
 _NUMBER_OR_NONE = frozenset({int, float, type(None)})
@@ -342,6 +345,13 @@ def event(kind: str, message: str = "", **data: Any) -> None:
         return
     r.events.append(EventRecord(time.time(), str(kind), str(message), data or None))
     r.wake.set()
+
+
+def on_step(hook: Any) -> None:
+    """Call ``hook()`` at every ``report()`` from now (None: no more): a step, for the
+    profiler (``debug.profile``)."""
+    global _step_hook
+    _step_hook = hook
 
 
 def publish(data: dict) -> bool:

@@ -23,6 +23,7 @@ from ..protocol import CellOutcome, CellRequest, PackedValue, Program
 from . import rendezvous, reporter, script, state, trials
 from .checkpoint import save as checkpoint
 from .debug import postmortem
+from .debug import profile as profiler
 from .values import portable
 
 
@@ -128,6 +129,8 @@ def run_cell(req: CellRequest) -> CellOutcome:
         if req.group is not None:
             rendezvous.form(req.group, req.group_timeout)
         bound = trials.begin(req.trial)
+        if req.profile:
+            profiler.start(req.profile)
         out = CellOutcome(kind="ok", at=time.time(), value=_execute(req.program, req.want_value))
     except BaseException as exc:  # noqa: B036 - KeyboardInterrupt and SystemExit are outcomes too
         out = _failure(exc, req.program.filename)
@@ -135,10 +138,11 @@ def run_cell(req: CellRequest) -> CellOutcome:
             rendezvous.abort()
             postmortem.keep(exc, req.program.filename)  # for %nbdist debug, until the next cell
     finally:
+        profiled = profiler.finish() if req.profile else None
         trials.end(req.trial, bound)
         reporter.end_cell()  # the last records go out before the reply
         sys.stdout.flush()
         sys.stderr.flush()
     return dataclasses.replace(
-        out, group_formed=rendezvous.is_formed(), pipeline=state.engine.pipeline
+        out, group_formed=rendezvous.is_formed(), pipeline=state.engine.pipeline, profile=profiled
     )

@@ -93,3 +93,21 @@ def test_pipeline_notebook_trains_two_stages_and_writes(tmp_path, monkeypatch):
     assert len(sample) > len("Beautiful is") + 100, sample
     assert sample.count("better than") >= 2, sample  # it learned the Zen's most common words
     assert "nbdist: cluster stopped" in joined
+
+
+def test_debugging_notebook_shows_each_tool(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBDIST_DATA_DIR", str(tmp_path / "data"))
+    texts = _execute("debugging.ipynb", tmp_path)
+    joined = "\n".join(texts)
+    # the post-mortem: rank 1's frames, its locals as they were
+    assert "1 KeyError: 'x'" in joined
+    assert 'features, line 3: return [x * scale for x in batch["x"]]' in joined
+    assert "'scale': '1.0'" in joined and "'batch': \"{'y': [4, 5]}\"" in joined
+    # the stop: where each rank was, torch folded
+    assert "where the ranks were:" in joined and "dist.barrier()" in joined
+    assert "… in torch.distributed" in joined
+    # the profile names rank 1
+    assert "straggler: rank 1" in joined and "1" in [t.strip() for t in texts]
+    # tqdm's bar in its final state, and the print after it on a line of its own
+    assert re.search(r"epoch 1: 100%\|\S+\| 30/30", joined), joined
+    assert "done" in [line.strip() for line in joined.splitlines()]

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from ...config import TelemetryConfig
 from ...errors import RankFailure
-from ...protocol import CellOutcome
+from ...protocol import CellOutcome, ProfileResult
 from ...telemetry import events as ev
 from ...telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
 from ...telemetry.series import RunSeries, metric_values
@@ -62,6 +62,7 @@ class RankState:
     state: str = ev.OK
     outcome: str | None = None  # None while running; then done | failed | stopped | dead
     error: str | None = None  # a failed rank's error, one line
+    profile: ProfileResult | None = None  # what torch.profiler saw, for a cell under --profile
     nonfinite: str | None = None  # "nan" / "inf" once a non-finite loss was seen
     progress: deque = field(default_factory=lambda: deque(maxlen=64))  # (engine time, step)
     log: deque = field(default_factory=lambda: deque(maxlen=5))
@@ -177,6 +178,7 @@ class Collector:
             out = rk.outcome  # a protocol.CellOutcome once the rank's cell has ended
             if st.outcome is None and out is not None:
                 st.outcome, st.error = ending(r, out)
+                st.profile = out.profile
         return n
 
     def ingest(self, rank: int, batch: Batch) -> None:

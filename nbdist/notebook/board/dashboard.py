@@ -115,6 +115,7 @@ class Dashboard:
         self._last_history = 0.0
         self._records_seen = 0
         self.rows: list[dict] = []  # the latest table, as data
+        self.profile: dict | None = None  # where a step's time went, once the cell has ended
 
     # -- feeding: called by the monitor as points arrive (the collector's series) -------------
     def add_point(self, name: str, rank: int, step: float, value: float) -> None:
@@ -257,17 +258,27 @@ class Dashboard:
             "rows": self.rows,
             "events": [event_dict(e) for e in events[-_EVENTS_KEPT:]],
             "logs": {str(r): list(tail) for r, tail in self._logs_sent.items()},
+            "profile": self.profile,
         }
         if self.widget is not None:
             self.widget.history = history
             self.sent_bytes += _size(history)
 
     # -- the end ------------------------------------------------------------------------------
-    def finish(self, col: Collector, events: list[RunEvent], status: str, ended: float) -> bytes:
+    def finish(
+        self,
+        col: Collector,
+        events: list[RunEvent],
+        status: str,
+        ended: float,
+        profile: dict | None = None,
+    ) -> bytes:
         """Final update, its elapsed time taken at ``ended`` (the run's end, as the run store
-        has it); the output keeps the live widget and gains a static picture of it."""
+        has it), with the cell's profile when it had one (``debug.profile.Profile.shown``:
+        drawn as a bar per rank); the output keeps the live widget and gains a static picture."""
         from . import charts
 
+        self.profile = profile
         self.update(col, events, status, final=True, now=ended)
         series = col.series
         png = charts.dashboard_picture(

@@ -29,6 +29,8 @@ from ...telemetry.format import fmt_duration
 from ...telemetry.store import RunStore
 from ...telemetry.writer import StoreWriter
 from ..board.collector import Collector, RankFeed, quiet_for
+from ..debug import profile
+from ..debug.profile import Profile
 from .observers import Phase
 from .supervisor import shows_output_of
 
@@ -167,8 +169,9 @@ class RunMonitor:
         self.on_event("finished" if status == "ok" else status, None, message, {})
         if self.dashboard is None and self.want_dashboard and col.records:
             self._show()
+        profiled = self._profile()
         if self.dashboard is not None:
-            self.dashboard.finish(col, self.events, status, ended)
+            self.dashboard.finish(col, self.events, status, ended, profiled and profiled.shown())
             self._note_latency()
         self._write_health(force=True)
         if self.run_id is not None:
@@ -236,6 +239,21 @@ class RunMonitor:
             for r, st in self.collector.ranks.items()
             if st.outcome is None and st.reports and quiet_for(st, now, now) > timeout
         ]
+
+    def _profile(self) -> Profile | None:
+        """A cell under --profile: the ranks' profiles read together, shown under the cell, the
+        merged trace in the run's folder (``debug.profile``)."""
+        results = {r: st.profile for r, st in self.collector.ranks.items() if st.profile}
+        if not results:
+            return None
+        try:
+            folder = profile.folder_of(self.run_id)
+        except (UsageError, OSError) as e:
+            print(f"nbdist: the trace is not kept ({e})", file=sys.stderr)
+            folder = None
+        profiled = profile.summarize(results, folder)
+        print(profiled.text(), flush=True)
+        return profiled
 
     # -- the dashboard ------------------------------------------------------------------------
     def _show(self) -> None:

@@ -150,6 +150,7 @@ class CellRun:
                 want_value=r == self.main_rank,
                 group_timeout=cluster.cfg.group_timeout,
                 trial=trial,
+                profile=opts.profile,
             )
             gone = self._gone(slot)
             if gone:  # died since the last cell: a death like one during the cell

@@ -50,6 +50,13 @@ const TEXT = new Set(["host", "state", "stage"]);
 const WHOLE = new Set(["rank", "steps", "quiet"]);
 // Beyond this many ranks a chart draws their mean alone (the table has every rank).
 const RANK_LINES = 16;
+// A profiled step's parts, as nbdist/notebook/debug/profile.py names them
+const PARTS = [
+  ["compute_ms", "computing"],
+  ["comm_ms", "communicating"],
+  ["data_ms", "data loading"],
+  ["wait_ms", "waiting"],
+];
 
 // -- the run's state, one per model, shared by its views ------------------------------------
 // Built in initialize(), before any view, so that deltas are not missed while no view exists.
@@ -60,6 +67,7 @@ class Store extends BoardStore {
     this.rows = new Map(); // rank -> row
     this.events = [];
     this.logs = new Map(); // rank -> [lines]
+    this.profile = null; // where a step's time went on each rank (--profile), at the end
     this.points = 0; // loss points received (the browser test reads it)
   }
   // A history's curves replace the store's ([xs, ys, stride]); a delta's are appended.
@@ -99,6 +107,10 @@ class Store extends BoardStore {
     for (const [rank, lines] of Object.entries(msg.logs || {}))
       this.logs.set(Number(rank), lines);
     if (msg.logs || whole) changed.logs = true;
+    if (whole) {
+      this.profile = msg.profile || null;
+      changed.profile = true;
+    }
     return changed;
   }
   // The metrics other than loss, in the order they were first reported.
@@ -157,6 +169,7 @@ function render({ model, el: root }) {
   table.append(thead, tbody);
   const tableBox = el("div", "nbd-table-box");
   tableBox.append(table);
+  const profileBox = el("div", "nbd-profile");
   const bottom = el("div", "nbd-bottom");
   const eventsBox = el("div", "nbd-events");
   const logBox = el("div", "nbd-logs");
@@ -166,7 +179,16 @@ function render({ model, el: root }) {
   const logText = el("pre", "nbd-log-text");
   logBox.append(logHead, logText);
   bottom.append(eventsBox, logBox);
-  root.append(head, bar, controls, charts, grid.node, tableBox, bottom);
+  root.append(
+    head,
+    bar,
+    controls,
+    charts,
+    grid.node,
+    profileBox,
+    tableBox,
+    bottom,
+  );
 
   // A metric's lines: each rank's (while there are few) and their mean, smoothed alike.
   function linesOf(name) {
@@ -315,6 +337,46 @@ function render({ model, el: root }) {
     logText.textContent = lines.length ? lines.join("\n") : "(no output yet)";
   }
 
+  // --profile: a bar per rank, its step split into computing, communicating, data, waiting
+  function drawProfile() {
+    const p = store.profile;
+    profileBox.textContent = "";
+    profileBox.style.display = p ? "" : "none";
+    if (!p) return;
+    profileBox.append(
+      el("div", "nbd-section", "where a step's time goes (ms per step)"),
+    );
+    const widest = Math.max(...p.rows.map((r) => r.step_ms), 1e-9);
+    for (const r of p.rows) {
+      const line = el("div", "nbd-profile-row");
+      line.dataset.rank = String(r.rank);
+      if (r.rank === p.straggler) line.classList.add("nbd-straggler");
+      const bar = el("div", "nbd-profile-bar");
+      for (const [key, label] of PARTS) {
+        const part = el("span", "nbd-part nbd-part-" + key);
+        part.style.width = `${(100 * r[key]) / widest}%`;
+        part.title = `${label} ${fmt(r[key])} ms`;
+        bar.append(part);
+      }
+      line.append(
+        el("span", "nbd-profile-rank", `rank ${r.rank}`),
+        bar,
+        el("span", "nbd-num", `${fmt(r.step_ms)} ms`),
+      );
+      profileBox.append(line);
+    }
+    const legend = el("div", "nbd-profile-legend");
+    for (const [key, label] of PARTS) {
+      const item = el("span", "nbd-key");
+      item.append(
+        el("span", "nbd-part nbd-part-" + key),
+        el("span", "", label),
+      );
+      legend.append(item);
+    }
+    profileBox.append(legend, el("div", "nbd-profile-reason", p.reason));
+  }
+
   function draw(changed) {
     if (changed.all || changed.head) drawHead();
     if (changed.all || changed.metrics) drawCharts(changed);
@@ -322,6 +384,7 @@ function render({ model, el: root }) {
     if (changed.all || changed.rows) drawRows();
     if (changed.all || changed.events) drawEvents();
     if (changed.all || changed.logs) drawLogs();
+    if (changed.all || changed.profile) drawProfile();
     root.dataset.points = String(store.points);
   }
 

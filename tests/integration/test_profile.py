@@ -1,0 +1,94 @@
+"""``%%distributed --profile``: torch.profiler on every rank of a real cluster, one rank made slow
+on purpose; the table's row per rank, the straggler it names and why, the merged Chrome trace
+(a process per rank), the dashboard's bars; bad input in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SLOW = """%%distributed --profile {steps} --name profiled
+import time, torch
+torch.manual_seed(0)
+nn = torch.nn
+model = nbdist.prepare(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+pairs = torch.utils.data.TensorDataset(torch.randn(512, 64), torch.randn(512, 1))
+data = torch.utils.data.DataLoader(pairs, batch_size=32)
+for step, (x, y) in enumerate(data):
+    if nbdist.rank() == 1:
+        time.sleep(0.03)  # rank 1 computes 30 ms more per step: the others wait for it
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+    nbdist.report(step=step, loss=loss.item(), samples=32)
+"""
+
+
+@pytest.fixture(scope="module")
+def ready(kernel):
+    kernel.ok("%nbdist start -n 2")
+    kernel.ok("import nbdist")
+    yield kernel
+    kernel.ok("%nbdist stop")
+
+
+def test_the_profile_names_the_rank_the_others_wait_for(ready):
+    res = ready.ok(SLOW.format(steps=10))
+    assert "straggler: rank 1, computing" in res.stdout and "(rank 0 wait" in res.stdout
+    rows = json.loads(
+        ready.ok(
+            "import dataclasses, json\n"
+            "print(json.dumps([dataclasses.asdict(r) for r in nbdist.profile().table]))"
+        ).stdout
+    )
+    assert [r["rank"] for r in rows] == [0, 1] and [r["steps"] for r in rows] == [10, 10]
+    slow, fast = rows[1], rows[0]
+    assert slow["compute_ms"] > fast["compute_ms"] + 20  # the 30 ms it sleeps, per step
+    assert fast["wait_ms"] > slow["wait_ms"] + 20  # rank 0 waits for it in the all-reduce
+    assert all(r["data_ms"] > 0 for r in rows)  # the DataLoader is seen
+    straggler, trace = json.loads(
+        ready.ok(
+            "print(json.dumps([nbdist.profile().straggler, str(nbdist.profile().trace)]))"
+        ).stdout
+    )
+    assert straggler == 1
+    events = json.load(open(trace))["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names == {0: "rank 0", 1: "rank 1"}  # one trace, a process per rank
+    assert any(e.get("name", "").startswith("gloo:all_reduce") for e in events)
+    # the dashboard's bars, one per rank, the straggler marked
+    shown = json.loads(
+        ready.ok(
+            "from nbdist.notebook.run import monitor\n"
+            "print(json.dumps(monitor.last().dashboard.widget.history['profile']))"
+        ).stdout
+    )
+    assert shown["straggler"] == 1 and len(shown["rows"]) == 2
+
+
+def test_a_profile_of_the_whole_cell_and_nothing_when_not_asked(ready):
+    res = ready.ok(SLOW.format(steps="").replace("--profile ", "--profile"))
+    assert "straggler: rank 1" in res.stdout
+    plain = ready.ok(SLOW.replace("--profile {steps} ", ""))
+    assert "straggler" not in plain.stdout and "ms per step" not in plain.stdout
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("%%distributed --profile 0\nx = 1", "--profile STEPS must be a whole number >= 1, not 0"),
+        ("%%distributed --profile many\nx = 1", "expected a number of steps, not 'many'"),
+    ],
+)
+def test_bad_profile_options_are_one_line(ready, line, message):
+    res = ready.run(line)
+    assert res.error is not None and res.error["ename"] == "UsageError"
+    assert message in res.error["evalue"]
+
+
+def test_no_profile_yet_says_how_to_make_one(ready):
+    res = ready.run(
+        "from nbdist.notebook.debug import profile; profile._last = None\nnbdist.profile()"
+    )
+    assert res.error["evalue"] == "no profile yet: run a cell with %%distributed --profile [STEPS]"
