@@ -56,6 +56,7 @@ _KERNEL_BUDGET = 2.0  # % of a core the kernel may take while the dashboard runs
 _KINDS = ("training", "reporter", "engine", "torch", "other")  # engine threads, by what they do
 _FIRST = "first dashboard"  # the first dashboard cell in the kernel: a warm-up, shown apart
 _LONG = "one long cell, 10 metrics"  # after the rounds: the kernel's CPU over a minute
+_TRAFFIC = "widget traffic"  # after the rounds: a dashboard block whose bytes are counted
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,7 @@ class _Bench:
     def __init__(self, k: Kernel, s: Sizes):
         self.k, self.s = k, s
         self.threads = threads_per_worker()
-        self.tally = {m: _Tally() for m in (*MODES, "torchrun", _FIRST, _LONG)}
+        self.tally = {m: _Tally() for m in (*MODES, "torchrun", _FIRST, _LONG, _TRAFFIC)}
         self.cluster: _Cluster | None = None
         self.sent: list[tuple[int, float]] = []  # dashboard blocks: (bytes sent, cell seconds)
         self.extras: dict = {}
@@ -270,7 +271,14 @@ class _Bench:
         # Fresh engines warm up; the kernel's first dashboard imports what it needs, once.
         self.block("dashboard", rnd, into=None if self.tally[_FIRST].rate else _FIRST)
 
-    def block(self, mode: str, rnd: int, into: str | None, steps: int | None = None) -> None:
+    def block(
+        self,
+        mode: str,
+        rnd: int,
+        into: str | None,
+        steps: int | None = None,
+        count_bytes: bool = False,
+    ) -> None:
         """One run of the loop in ``mode``: its steps/s and the CPU of everything meanwhile,
         added to the tally ``into`` (None: not counted)."""
         c, k = self.cluster, self.k
@@ -299,7 +307,7 @@ class _Bench:
         kernel = (k.pid, k.value("_bench_threads"))
         for key, v in _block_cpu(a, b, c, kernel, os.getpid()).items():
             t.cpu[key] += v
-        if mode == "dashboard":
+        if count_bytes:
             (sent,) = k.value(_SENT)
             self.sent.append((sent, cell_s))
 
@@ -317,6 +325,10 @@ class _Bench:
         # one long cell, ten metrics, the dashboard: as long as long_s at the measured pace
         rate = statistics.median(self.tally[_TEN].rate.values())
         self.block(_TEN, -1, into=_LONG, steps=max(10, int(s.long_s * rate)))
+        # what the widget sends: counted apart (counting costs a JSON encoding per message)
+        k.run("from nbdist.notebook.board import dashboard as _d\n_d.COUNT_BYTES = True")
+        self.block("dashboard", -1, into=_TRAFFIC, count_bytes=True)
+        k.run("_d.COUNT_BYTES = False")
 
     def run(self) -> None:
         for rnd in range(self.s.rounds):

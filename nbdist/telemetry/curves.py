@@ -65,9 +65,12 @@ class Curve:
 
     def _close_bucket(self) -> None:
         lo, hi = self._bucket
-        for px, py in sorted({lo, hi}):
-            self._x.append(px)
-            self._y.append(py)
+        first, second = (lo, hi) if lo[0] <= hi[0] else (hi, lo)  # in x order
+        self._x.append(first[0])
+        self._y.append(first[1])
+        if second != first:
+            self._x.append(second[0])
+            self._y.append(second[1])
         self._bucket.clear()
         self._count = 0
         if len(self._x) > self.limit:

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .curves import Curve
+from .curves import Curve, Outbox
 
 MAX_METRICS = 50  # metrics charted per run
 MAX_PENDING = 20_000  # steps whose mean may wait for a lagging rank, per metric
@@ -42,8 +42,9 @@ class RunSeries:
     """Curves of every metric of one run: ``ranks[name][rank]`` and ``mean[name]``.
 
     ``add()`` takes one rank's values at a step; ``settle()`` folds the steps every rank has
-    passed into the means. ``on_point(name, rank, x, y)`` and ``on_mean(name, x, y)`` hear of
-    each new point, as the board's outboxes do.
+    passed into the means. Once ``keep_fresh()`` is called, the points added since are also kept
+    apart, for ``take_fresh()`` (a live board sends them to the browser), in outboxes bounded
+    as the curves are. ``on_mean(name, x, y)`` hears of each settled mean (TensorBoard).
     """
 
     def __init__(self, limit: int = 2000, max_metrics: int = MAX_METRICS):
@@ -56,8 +57,9 @@ class RunSeries:
         self._dropped: set[str] = set()  # bounded by the check below
         self._sums: dict[str, dict[int, list[float]]] = {}  # name -> step -> [sum, count]
         self.latest: dict[int, int] = {}  # rank -> its latest step
-        self.on_point: Callable[[str, int, float, float], None] | None = None
         self.on_mean: Callable[[str, float, float], None] | None = None
+        # points not yet taken (keep_fresh): (name, rank) -> Outbox; (name, None): the mean's
+        self._fresh: dict[tuple[str, int | None], Outbox] | None = None
 
     # -- input ------------------------------------------------------------------------------
     def add(self, rank: int, step: int | None, values: Mapping[str, float]) -> None:
@@ -65,6 +67,7 @@ class RunSeries:
         has no place on a step axis and is left out."""
         if step is None:
             return
+        fresh = self._fresh
         if step > self.latest.get(rank, -math.inf):
             self.latest[rank] = step
         for name, y in values.items():
@@ -82,8 +85,11 @@ class RunSeries:
                 acc = self._sums[name][step] = [0.0, 0]
             acc[0] += y
             acc[1] += 1
-            if self.on_point is not None:
-                self.on_point(name, rank, step, y)
+            if fresh is not None:
+                box = fresh.get((name, rank))
+                if box is None:
+                    box = fresh[name, rank] = Outbox()
+                box.add(step, y)
 
     def _admit(self, name: str) -> bool:
         if len(self.names) >= self.max_metrics:
@@ -120,8 +126,28 @@ class RunSeries:
                     continue  # a late report for a step already settled
                 value = total / count
                 mean.add(step, value)
+                if self._fresh is not None:
+                    box = self._fresh.get((name, None))
+                    if box is None:
+                        box = self._fresh[name, None] = Outbox()
+                    box.add(step, value)
                 if self.on_mean is not None:
                     self.on_mean(name, step, value)
+
+    def keep_fresh(self) -> None:
+        """From now on, keep the points added apart too, for ``take_fresh``."""
+        if self._fresh is None:
+            self._fresh = {}
+
+    def take_fresh(self) -> dict[str, dict[int | None, tuple[list, list]]]:
+        """The points added (and means settled) since the last take, by metric, then by rank
+        (None: the mean): ``(xs, ys)``, decimated when many. Empties them."""
+        out: dict[str, dict[int | None, tuple[list, list]]] = {}
+        for (name, rank), box in (self._fresh or {}).items():
+            points = box.take()
+            if points is not None:
+                out.setdefault(name, {})[rank] = points
+        return out
 
     def mean_view(self, name: str) -> tuple[list[float], list[float]]:
         """The mean's settled points and, after them, the steps still waiting (their mean so

@@ -149,8 +149,12 @@ def json_safe(value: Any) -> Any:
 
 
 def to_json(value: Any) -> str:
-    """``value`` as JSON text for a TEXT column (made JSON-safe first)."""
-    return json.dumps(json_safe(value), default=repr, allow_nan=False)
+    """``value`` as JSON text for a TEXT column: non-finite numbers as their names. (The common
+    case, finite numbers only, is encoded at once: a metric row's extras, many a second.)"""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError):  # NaN or inf, or what JSON has no word for: made safe
+        return json.dumps(json_safe(value), default=repr, allow_nan=False)
 
 
 def _finite_or_none(v: Any) -> Any:

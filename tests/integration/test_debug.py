@@ -97,3 +97,12 @@ def test_nothing_to_debug_says_why(ready):
     ready.ok("%%distributed\nx = 1")
     res = ready.run("%nbdist debug")
     assert res.error["evalue"] == "nothing to debug: the last %%distributed cell did not fail"
+
+
+def test_a_rank_whose_engine_died_has_nothing_left_to_debug(ready):
+    res = ready.run("%%distributed\nimport os\nif nbdist.rank() == 1:\n    os._exit(3)\n")
+    assert res.error is not None
+    res = ready.run("%nbdist debug")
+    assert res.error["ename"] == "UsageError"
+    assert res.error["evalue"].startswith("rank 1's engine was lost (")
+    assert res.error["evalue"].endswith("): its frames went with it")

@@ -34,6 +34,9 @@ _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting po
 _HISTORY_POINTS = 2000
 _HISTORY_POINTS_OTHER = 500
 _EVENTS_KEPT = 50
+#: Count the bytes sent to the browser (``Dashboard.sent_bytes``): a benchmark's question, which
+#: costs a JSON encoding of every message again, so off unless asked.
+COUNT_BYTES = False
 
 
 def _num(x: Any) -> float | int | None:
@@ -103,10 +106,8 @@ class Dashboard:
         self._handle = None
         self.seq = 0
         self.updates = 0
-        self.sent_bytes = 0  # what the kernel sent the browser (the benchmark reads it)
+        self.sent_bytes = 0  # what the kernel sent the browser, when COUNT_BYTES (benchmarks)
         self.rate = Curve(2000)  # (seconds since start, samples/s), from the first figure on
-        self._out: dict[str, dict[int, Outbox]] = {}  # metric -> rank -> points to send
-        self._mean_out: dict[str, Outbox] = {}  # metric -> mean points to send
         self._rate_out = Outbox()
         self._rows: dict[int, dict] = {}
         self._rows_sent: dict[int, dict] = {}
@@ -117,24 +118,6 @@ class Dashboard:
         self.rows: list[dict] = []  # the latest table, as data
         self.profile: dict | None = None  # where a step's time went, once the cell has ended
 
-    # -- feeding: called by the monitor as points arrive (the collector's series) -------------
-    def add_point(self, name: str, rank: int, step: float, value: float) -> None:
-        """A new point of ``rank``'s ``name`` curve: it goes out with the next update."""
-        boxes = self._out.get(name)
-        if boxes is None:
-            boxes = self._out[name] = {}
-        box = boxes.get(rank)
-        if box is None:
-            box = boxes[rank] = Outbox()
-        box.add(step, value)
-
-    def add_mean(self, name: str, step: float, value: float) -> None:
-        """A newly settled point of the mean of ``name`` over ranks."""
-        box = self._mean_out.get(name)
-        if box is None:
-            box = self._mean_out[name] = Outbox()
-        box.add(step, value)
-
     # -- display ------------------------------------------------------------------------------
     def show(self, col: Collector) -> None:
         """Put the widget under the running cell, starting from what ``col`` already holds."""
@@ -143,6 +126,7 @@ class Dashboard:
         from .widget import DashboardWidget
 
         self.widget = DashboardWidget()
+        col.series.keep_fresh()  # from now on, what is new goes out with each update
         self._refresh_history(col, [], "running", col.clock())
         self._handle = display(self._bundle(), raw=True, display_id=True)
 
@@ -183,7 +167,7 @@ class Dashboard:
             self.seq += 1
             delta.update(kind="delta", seq=self.seq)
             self.widget.send(delta)
-            self.sent_bytes += _size(delta)
+            self.sent_bytes += _size(delta) if COUNT_BYTES else 0
 
     def _head(self, col: Collector, status: str, now: float, rate: float | None) -> dict:
         return {
@@ -210,14 +194,13 @@ class Dashboard:
     def _delta(self, col: Collector, events: list[RunEvent]) -> dict:
         out: dict[str, Any] = {}
         metrics: dict[str, dict] = {}
-        for name, boxes in self._out.items():
-            ranks = {str(r): list(pts) for r, box in boxes.items() if (pts := box.take())}
-            if ranks:
-                metrics.setdefault(name, {})["ranks"] = ranks
-        for name, box in self._mean_out.items():
-            pts = box.take()
-            if pts:
-                metrics.setdefault(name, {})["mean"] = list(pts)
+        for name, by_rank in col.series.take_fresh().items():
+            entry = metrics[name] = {}
+            mean = by_rank.pop(None, None)
+            if by_rank:
+                entry["ranks"] = {str(r): list(pts) for r, pts in by_rank.items()}
+            if mean is not None:
+                entry["mean"] = list(mean)
         if metrics:
             out["metrics"] = metrics
         pts = self._rate_out.take()
@@ -239,12 +222,8 @@ class Dashboard:
     def _refresh_history(self, col: Collector, events: list[RunEvent], status: str, now: float):
         """Everything so far, decimated: where a view that appears now starts."""
         self._last_history = now
-        for box in (
-            *(b for boxes in self._out.values() for b in boxes.values()),
-            *self._mean_out.values(),
-            self._rate_out,
-        ):
-            box.take()  # in the history now
+        col.series.take_fresh()  # in the history now
+        self._rate_out.take()
         self._rows_sent = dict(self._rows)
         self._events_sent = len(events)
         self._logs_sent = self._logs(col)
@@ -262,7 +241,7 @@ class Dashboard:
         }
         if self.widget is not None:
             self.widget.history = history
-            self.sent_bytes += _size(history)
+            self.sent_bytes += _size(history) if COUNT_BYTES else 0
 
     # -- the end ------------------------------------------------------------------------------
     def finish(

@@ -81,8 +81,6 @@ class RunMonitor:
         self.collector = Collector(ranks, self.cfg, total=total, started=self.started)
         self.collector.on_records = self._on_records
         self.collector.on_event = self._record
-        self.collector.series.on_point = self._on_point
-        self.collector.series.on_mean = self._on_mean
         # the board shows the last lines of the ranks whose output is not printed under the cell
         self.log_ranks = frozenset(r for r in ranks if not shows_output_of(opts, r, ranks[0]))
         self.name = name
@@ -101,6 +99,8 @@ class RunMonitor:
         self._last_health_write = 0.0
         self._warned = False
         self.tb = _tensorboard(tensorboard) if tensorboard else None
+        if self.tb is not None:
+            self.collector.series.on_mean = self._on_mean
         self.writer = StoreWriter(store or RunStore(), self.cfg.store_interval)
         # every cell option, whatever CellOptions holds now (extra: the telemetry options)
         options = {k: v for k, v in vars(opts).items() if k != "extra"} | dict(opts.extra)
@@ -301,17 +301,9 @@ class RunMonitor:
                 for k, v in (rec.extra or {}).items():
                     self.tb.add_scalar(f"{k}/rank{rank}", v, rec.step, walltime=rec.time)
 
-    def _on_point(self, name: str, rank: int, step: float, value: float) -> None:
-        """A new point of one rank's curve of ``name``."""
-        if self.dashboard is not None:
-            self.dashboard.add_point(name, rank, step, value)
-
     def _on_mean(self, name: str, step: float, value: float) -> None:
-        """A newly settled point of the mean of ``name`` over ranks."""
-        if self.dashboard is not None:
-            self.dashboard.add_mean(name, step, value)
-        if self.tb is not None:
-            self.tb.add_scalar(f"{name}/mean", value, step)
+        """A newly settled point of the mean of ``name`` over ranks: TensorBoard's too."""
+        self.tb.add_scalar(f"{name}/mean", value, step)
 
     def _write_health(self, force: bool = False) -> None:
         now = time.time()
