@@ -289,8 +289,10 @@ class PostMortem:
 
 #: Data-publication keys of stacks an engine sends while a cell runs: ``STACKS_KEY`` + pid:seq.
 STACKS_KEY = "nbdist-stacks:"
-#: The signal that asks an engine for its stacks (SIGUSR1 is Slurm's and Lightning's).
-STACKS_SIGNAL = signal.SIGUSR2
+#: The signal that asks an engine for its stacks: one whose default action is to be ignored, so
+#: that code resetting every handler (Lightning restores each signal's as it found it, and finds
+#: faulthandler's as SIG_DFL) turns the request into nothing, not into the engine's death.
+STACKS_SIGNAL = signal.SIGWINCH
 
 
 @dataclass(frozen=True)

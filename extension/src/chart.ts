@@ -260,7 +260,14 @@ export class MetricChart {
       ],
       focus: { alpha: 0.25 },
       cursor: {
-        sync: this._opts.sync ? { key: this._opts.sync } : undefined,
+        // charts of one board share the cursor (its step), not their zoom: each zooms alone
+        sync: this._opts.sync
+          ? {
+              key: this._opts.sync,
+              scales: [null, null],
+              filters: { pub: type => type === 'mousemove' || type === 'mouseleave' }
+            }
+          : undefined,
         drag: { x: true, y: false, setScale: false },
         points: { show: false },
         bind: {

@@ -22,7 +22,7 @@ from ..frames import is_user, package
 from ..protocol import CellOutcome, CellRequest, PackedValue, Program
 from . import rendezvous, reporter, script, state, trials
 from .checkpoint import save as checkpoint
-from .debug import postmortem
+from .debug import postmortem, stacks
 from .debug import profile as profiler
 from .values import portable
 
@@ -122,6 +122,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
     """
     checkpoint.set_run(req.run_key)
     postmortem.forget()  # the last failure's frames: kept until now
+    stacks.install()  # where this rank is, on a signal, even if the last cell took the handler
     state.engine.program_file = req.program.filename
     bound = None
     try:

@@ -267,7 +267,7 @@ def test_an_interrupted_run_is_kept_as_interrupted(ready):
 # -- a real browser ------------------------------------------------------------------------------
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = __import__("pathlib").Path(__file__).resolve().parents[2] / "test-artifacts"
-BROWSER_TRAIN = """%%distributed --total 300 --name browser
+BROWSER_TRAIN = """%%distributed --total 300 --name browser --profile 20
 import math, time
 for i in range(300):
     loss = (1 + 0.3 * nbdist.rank()) * math.exp(-i / 25) + 1e-4
@@ -405,8 +405,15 @@ def test_dashboard_in_a_real_browser(lab):
                 "() => document.querySelector('.nbd-dashboard').dataset.status === 'ok'",
                 timeout=120_000,
             )
+            # every cell has run (the notebook stops scrolling to the running one): the board
+            # stays where it is while the mouse works on it
+            page.get_by_text("nbdist: cluster stopped").wait_for(timeout=60_000)
+            board.scroll_into_view_if_needed()
             assert "300 / 300 steps" in board.inner_text() and "100.0 %" in board.inner_text()
             expect(board.locator("tbody .nbd-state")).to_have_text(["done", "done"])
+            # --profile 20: a bar per rank, split into where its steps' time went
+            expect(board.locator(".nbd-profile-row")).to_have_count(2)
+            assert "where a step's time goes" in board.locator(".nbd-profile").inner_text()
             loss = board.locator(".nbdist-chart[data-metric='loss']")
             plot = loss.locator(".u-over")
             box = plot.bounding_box()
@@ -443,6 +450,7 @@ def test_dashboard_in_a_real_browser(lab):
             page.evaluate(NEXT_FRAME)
             page.mouse.up()
             expect(loss).to_have_attribute("data-zoomed", "true")
+            assert acc.get_attribute("data-zoomed") is None  # each chart zooms alone
             page.mouse.dblclick(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
             expect(loss).not_to_have_attribute("data-zoomed", "true")
             page.evaluate(
@@ -451,7 +459,6 @@ def test_dashboard_in_a_real_browser(lab):
             )
             page.wait_for_selector(".nbd-dashboard[data-theme='true']", state="attached")
             board.screenshot(path=str(ARTIFACTS / "dashboard-final-light.png"))
-            page.get_by_text("nbdist: cluster stopped").wait_for(timeout=60_000)
             page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
         finally:
             browser.close()
