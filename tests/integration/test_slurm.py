@@ -282,8 +282,8 @@ def test_the_job_line_reads_a_real_job(slurm, in_tmp):
 
 # -- pure: the scheduler's words, checked without a scheduler -----------------------------------
 def test_slurm_times_are_checked_and_durations_read_as_squeue_writes_them():
-    from nbdist.launcher_config import slurm_time
     from nbdist.notebook.cluster.engines.remote import slurm as sl
+    from nbdist.remote_config import slurm_time
 
     for ok in ("30", "30:00", "1:30:00", "2-00", "2-12:30", "2-12:30:15", "UNLIMITED", 45):
         assert slurm_time(ok) == str(ok)

@@ -222,8 +222,8 @@ def test_no_circle_in_the_sidebar():
 
 
 #: The floor: what both sides stand on. It imports neither side.
-FLOOR = ("protocol", "wire", "errors", "config", "launcher_config", "paths", "datadir", "telemetry",
-         "frames")  # fmt: skip
+FLOOR = ("protocol", "wire", "errors", "config", "remote_config", "validate", "paths", "datadir",
+         "telemetry", "frames")  # fmt: skip
 
 
 def test_engine_code_never_imports_kernel_code_and_the_floor_neither_side():
