@@ -160,6 +160,9 @@ class CellOptions:
     """Show no output (used when earlier cells are replayed on fresh engines)."""
     profile: int | bool = False
     """torch.profiler on every rank: True for the whole cell, N for its first N steps."""
+    resume: bool = False
+    """Continue an earlier run's checkpoints under the same name (``run=``, a sweep's name);
+    without it a new run starts afresh and those move aside."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -171,6 +174,7 @@ class CellOptions:
             set_(self, "ranks", _rank_list(self.ranks))
         flag(self.all_output, "all_output")
         flag(self.quiet, "quiet")
+        flag(self.resume, "resume")
         set_(self, "grace", seconds(self.grace, "grace", zero=True))
         set_(self, "stop_wait", seconds(self.stop_wait, "stop_wait", zero=True))
         set_(self, "restarts", whole(self.restarts, "--restarts", 0, MAX_RESTARTS))

@@ -178,6 +178,8 @@ class CellRequest:
 
     program: Program
     run_key: str = "default"  # names the run's checkpoints; kept across restarts and replays
+    run_id: str = ""  # the run (default: run_key): checkpoints another run wrote move aside
+    resume: bool = False  # unless this: the run continues an earlier run's checkpoints
     group: RankInfo | None = None  # re-form the process group first, as this rank
     want_value: bool = False  # send the last expression's value back (the main rank)
     group_timeout: float = 300.0

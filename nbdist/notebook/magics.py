@@ -164,6 +164,11 @@ def _add_cell_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restarts", type=int, default=0, help="replace lost workers up to R times")
     p.add_argument("--min-workers", type=int, default=None, help="shrink to no fewer than M")
     p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an earlier run's checkpoints of the same name (run=, a sweep's --name)",
+    )
+    p.add_argument(
         "--progress-timeout",
         type=float,
         default=300.0,
@@ -202,6 +207,7 @@ def _cell_options(args: argparse.Namespace) -> CellOptions:
         min_workers=args.min_workers,
         progress_timeout=args.progress_timeout,
         profile=args.profile,
+        resume=args.resume,
         extra=telemetry,
     )
 

@@ -193,6 +193,7 @@ def run_script(
     stop_on_nan: bool = False,
     name: str = "",
     profile: int | bool = False,
+    resume: bool = False,
 ) -> None:
     """Run the script ``file`` on every rank with ``args`` as its command line, as
     ``torchrun --nproc-per-node N file args...`` would; ``%nbdist run`` from Python.
@@ -216,6 +217,7 @@ def run_script(
         min_workers=min_workers,
         progress_timeout=progress_timeout,
         profile=profile,
+        resume=resume,
         extra=telemetry,
     )
     programs.run_watched(current(), program, opts, name or Path(program.name).name)

@@ -34,12 +34,13 @@ STATES = (OK, SLOW, SILENT, DEAD, DONE, FAILED, STOPPED)
 #: Run statuses in the store. ``lost``: the kernel writing it stopped without closing it.
 RUN_STATUSES = ("running", "ok", "failed", "interrupted", "stopped", "lost")
 
-#: Event kinds nbdist records: engine events (``checkpoint``, ``resumed``, ``sync`` with the
-#: ranks' drift), verdicts on ranks, recovery's (``failure``, ``restart``), phase changes, and
-#: the run's end (its status).
+#: Event kinds nbdist records: engine events (``checkpoint``, ``resumed``, ``fresh``: a run that
+#: moved an earlier run's checkpoints aside, ``sync`` with the ranks' drift), verdicts on ranks,
+#: recovery's (``failure``, ``restart``), phase changes, and the run's end (its status).
 EVENT_KINDS = (
     "checkpoint",
     "resumed",
+    "fresh",
     "sync",
     "nan",
     "slow",

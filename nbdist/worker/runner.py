@@ -120,7 +120,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
     ``req.group``, when given, is this rank's new RankInfo: the process group is (re-)formed
     first, on every rank at once, before the cell's own code runs.
     """
-    checkpoint.set_run(req.run_key)
+    checkpoint.set_run(req.run_key, req.run_id, req.resume)
     postmortem.forget()  # the last failure's frames: kept until now
     stacks.install()  # where this rank is, on a signal, even if the last cell took the handler
     state.engine.program_file = req.program.filename

@@ -26,6 +26,12 @@ class Engine:
     """This engine's rank, set at each group formation (``rendezvous.form``)."""
     run_key: str = "default"
     """The running cell's run, which names its checkpoint folder (kept across restarts)."""
+    run_id: str = "default"
+    """The run itself: the same across its restarts and replays, new for each run of a cell."""
+    resume: bool = False
+    """Whether the run may continue an earlier run's checkpoints (``--resume``)."""
+    claimed: set = field(default_factory=set)
+    """(folder, run id) of the checkpoint folders this engine claimed (``checkpoint.files``)."""
     store: Any = None
     """The rendezvous TCPStore server; rank 0's engine only, for as long as the engine lives."""
     store_socket: socket.socket | None = None

@@ -150,7 +150,8 @@ def test_a_full_disk_is_one_clear_error_that_restarts_retry(cluster, tmp_path, f
         "device): free space there or pass dir= another folder; --restarts retries the cell"
     )
     assert (tmp_path / "attempts.log").read_text().split() == ["attempt"] * 4  # 2 ranks, twice
-    assert sorted(p.name for p in folder.iterdir()) == []  # no temporary file left behind
+    left = sorted(p.name for p in folder.iterdir())
+    assert left == ["run.json"]  # which run writes here; no temporary file left behind
 
 
 def test_a_retry_succeeds_once_space_is_freed(cluster, tmp_path, full_disk):
@@ -161,6 +162,7 @@ def test_a_retry_succeeds_once_space_is_freed(cluster, tmp_path, full_disk):
     assert attempts.read_text().split() == ["attempt"] * 4
     assert not filler.exists()
     assert sorted(p.name for p in (full_disk / "big").iterdir()) == [
+        "run.json",
         "step-00000000.json",
         "step-00000000.pt",
     ]
@@ -181,8 +183,9 @@ def test_a_break_leaves_no_checkpoint_of_the_half_done_step(cluster, tmp_path):
     assert cluster.run(loop) == ([0, 1, 2, 3, 4], 6.0)
     names = sorted(p.name for p in (tmp_path / "brk").glob("step-*.pt"))
     assert names == ["step-00000001.pt", "step-00000003.pt"]
-    # the next run of the same named run resumes after step 3, with the value saved there (4)
-    assert cluster.run(loop.replace("step == 5", "step == 7")) == ([4, 5, 6], 8.0)
+    # the same named run, resumed, continues after step 3, with the value saved there (4)
+    resume = CellOptions(resume=True)
+    assert cluster.run(loop.replace("step == 5", "step == 7"), resume) == ([4, 5, 6], 8.0)
 
 
 class _Planted:
@@ -230,7 +233,8 @@ def test_a_planted_pickle_runs_no_code(cluster, tmp_path, capsys, fmt):
     mark = tmp_path / "code-ran"
     _plant(tmp_path / "trust", 50, _evil(mark, fmt))  # newer, with a matching marker
     got = cluster.run(
-        f"step = nbdist.restore(dir={str(tmp_path)!r}, run='trust', w=w)\n(step, w['v'].item())"
+        f"step = nbdist.restore(dir={str(tmp_path)!r}, run='trust', w=w)\n(step, w['v'].item())",
+        CellOptions(resume=True),
     )
     assert got == (2, 1.0)  # the planted step 50 skipped; the real step 1 loaded
     assert not mark.exists()
@@ -284,6 +288,7 @@ def test_checkpoints_are_private_whatever_the_umask(cluster, tmp_path, umask):
         "made/by/nbdist/private": 0o700,
         "made/by/nbdist/private/step-00000000.pt": 0o600,
         "made/by/nbdist/private/step-00000000.json": 0o600,
+        "made/by/nbdist/private/run.json": 0o600,
     }
     assert tmp_path.stat().st_mode & 0o777 == 0o755
 

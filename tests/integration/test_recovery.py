@@ -132,14 +132,16 @@ def test_kill_during_a_checkpoint_write_never_loads_the_damaged_file(cluster, tm
     with pytest.raises(DistributedCellError):  # 400 MB: long enough to be caught mid-write
         cluster.run(
             "big = {'w': torch.ones(100_000_000)}\n"
-            f"nbdist.checkpoint(2, dir={str(folder.parent)!r}, run='t', big=big)"
+            f"nbdist.checkpoint(2, dir={str(folder.parent)!r}, run='t', big=big)",
+            CellOptions(resume=True),
         )
     assert killed.is_set()
     assert not (folder / "step-00000002.json").exists()
     got = cluster.run(
         "import torch\nbig = {'w': torch.full((8,), 5.0)}\n"
         f"step = nbdist.restore(dir={str(folder.parent)!r}, run='t', big=big)\n"
-        "(step, big['w'].sum().item())"
+        "(step, big['w'].sum().item())",
+        CellOptions(resume=True),  # the same named run, continued in another cell
     )
     assert got == (2, 0.0)  # step 1's checkpoint, never the half-written step 2
 
@@ -158,7 +160,8 @@ def test_damaged_latest_checkpoint_falls_back(cluster, tmp_path):
     out = cluster.run(
         "import torch\nw = {'v': torch.zeros(2)}\n"
         f"step = nbdist.restore({ck}, w=w)\n"
-        "(step, w['v'].tolist())"
+        "(step, w['v'].tolist())",
+        CellOptions(resume=True),
     )
     assert out == (4, [1.0, 1.0])
 
@@ -179,7 +182,7 @@ def test_checkpoints_are_kept_bounded_and_read_by_rank_0_only(cluster, tmp_path)
     ]
     out = cluster.run(
         "w = {'v': torch.zeros(1)}\nnbdist.restore(dir=d, run='t', w=w), w['v'].item()",
-        CellOptions(all_output=True),
+        CellOptions(all_output=True, resume=True),
     )
     assert out == (6, 6.0)
     assert cluster.run("w['v'].item()", CellOptions(ranks=(1,))) == 6.0  # broadcast to rank 1

@@ -226,3 +226,23 @@ def test_the_magic_sweeps_shows_its_board_and_the_best_trial_is_pulled(kernel):
         assert whole.result == "2.0"
     finally:
         kernel.ok("%nbdist stop")
+
+
+HOLDS = """
+import torch
+from nbdist.worker.state import engine
+held = sorted(engine.trial_spaces)  # the ended trials' names this engine still holds
+big = torch.zeros(100_000)
+nbdist.report(step=0, loss=lr)
+"""
+
+
+def test_a_long_sweep_holds_one_ended_trials_names_per_engine(cluster):
+    lrs = [6.0, 5.0, 4.0, 3.0, 2.0, 1.0]  # each trial better than the last: the last is best
+    table = sweep(HOLDS, {"lr": lrs}, trial_size=1, name="holds", board=False)
+    assert [r.state for r in table] == ["done"] * 6
+    held = pull_trial("held", "best")
+    assert len(held) <= 1, held  # not every earlier trial on this engine
+    assert pull_trial("big", "best").shape == (100_000,)
+    left = cluster.run("from nbdist.worker.state import engine\nsorted(engine.trial_spaces)")
+    assert left in ([], [5])  # after the sweep: the best trial's names only

@@ -123,6 +123,7 @@ class CellRun:
         observers: list[RunObserver] | None = None,
         trial: TrialInfo | None = None,
         wake: threading.Event | None = None,
+        run_id: str = "",
     ):
         self.cluster = cluster
         self.opts = opts
@@ -151,6 +152,8 @@ class CellRun:
                 group_timeout=cluster.cfg.group_timeout,
                 trial=trial,
                 profile=opts.profile,
+                run_id=run_id,
+                resume=opts.resume,
             )
             gone = self._gone(slot)
             if gone:  # died since the last cell: a death like one during the cell

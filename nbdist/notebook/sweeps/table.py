@@ -3,7 +3,8 @@
 Each trial is a run in the run store whose options carry the sweep's name, the trial's id and
 its values (``notebook.sweep``); ``trials()`` gathers the runs of one sweep into a
 ``TrialTable``, one ``TrialRow`` per trial, with the latest and best loss of the trial's main
-rank. ``table.best(3)`` are the three lowest best losses, for ``nbdist.compare``.
+rank. ``table.best(3)`` are the three lowest best losses, for ``nbdist.compare``;
+``pull_trial`` brings a name a trial's cell bound from its engine (the best trial's, after it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import Any
 
 from ...errors import UsageError
 from ...telemetry.store import RunStore
+from ...worker import api
+from .. import session
+from ..cluster.transfer import unpack
 
 _RUNS_READ = 10_000  # the newest runs searched for a sweep's trials
 
@@ -146,3 +150,21 @@ def _row(trial: int, run: dict, store: RunStore) -> TrialRow:
         samples_per_s=run["samples_per_s"],
         run_id=run["id"],
     )
+
+
+def pull_trial(name: str, trial: int | str = "best") -> Any:
+    """``name`` as the latest sweep's ``trial`` (an id, or ``"best"``) left it on its first
+    rank (``%nbdist pull NAME --trial best``)."""
+    cluster = session.current()
+    table = cluster.last_sweep
+    if table is None:
+        raise UsageError("no sweep has run on this cluster: --trial pulls from a sweep's trial")
+    row = table.row(trial)
+    eid = cluster.slots[row.ranks[0]].engine_id
+    packed = cluster.client[eid].apply_sync(api.fetch_trial, row.trial, name)
+    if packed is None:
+        raise UsageError(
+            f"trial {row.trial} did not bind {name!r}: pull a name its cell assigned (after a "
+            "sweep, only the best trial's names are kept)"
+        )
+    return unpack(packed)

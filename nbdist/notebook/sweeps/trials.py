@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import uuid
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,13 +33,14 @@ from ...telemetry.series import metric_values
 from ...worker import api
 from .. import session
 from ..cluster import fanout
-from ..cluster.transfer import unpack
 from ..run import programs
 from ..run.monitor import RunMonitor
 from ..run.replay import replay
 from ..run.supervisor import CellRun
 from .spec import SweepSpec, label, median_rule
-from .table import TrialRow, TrialTable
+from .table import TrialRow, TrialTable, pull_trial
+
+__all__ = ["Sweep", "pull_trial", "run_sweep", "sweep"]
 
 _POLL = 0.05  # seconds between looks at the running trials (a reply wakes the loop at once)
 _JUDGE_EVERY = 0.5  # seconds between applications of the stopping rule
@@ -97,7 +100,8 @@ class Sweep:
         if opts.ranks is not None:
             raise UsageError("--ranks and --sweep do not mix: a sweep uses every rank")
         self.cluster, self.program, self.spec, self.opts = cluster, program, spec, opts
-        self.name = spec.name or f"sweep-{time.strftime('%H%M%S')}"
+        self.name = spec.name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+        self._run = uuid.uuid4().hex[:8]  # this sweep's run: its trials' checkpoints are theirs
         self.trials = [_Trial(i, values) for i, values in enumerate(spec.trials())]
         k = spec.trial_size
         self.free: deque[tuple[int, ...]] = deque(
@@ -188,6 +192,7 @@ class Sweep:
                 [t.monitor],
                 trial=info,
                 wake=self._wake,
+                run_id=f"{self.name}-{t.id}-{self._run}",  # earlier sweeps' move aside
             )
 
     def _not_started(self, t: _Trial, ranks: tuple[int, ...], why: str) -> None:
@@ -298,6 +303,7 @@ class Sweep:
         t.rate = t.monitor.collector.samples_per_s() or t.rate
         t.run = None
         if not lost:
+            self._keep_best(t.ranks)
             self.free.append(t.ranks)
 
     # -- the end ----------------------------------------------------------------------------
@@ -321,13 +327,19 @@ class Sweep:
             t.points.clear()
         self.board.update(force)
 
+    def _keep_best(self, ranks: Iterable[int]) -> None:
+        """The engines of ``ranks`` drop the names of every ended trial but the best so far:
+        however long the sweep, an engine holds one kept trial's names besides its own."""
+        ended = [t.row() for t in self.trials if t.state in ("done", "failed", "stopped")]
+        best = TrialTable(self.name, ended).best(1)
+        keep = (best[0].trial,) if best else ()
+        engines = {r: self.cluster.slots[r].engine_id for r in ranks}
+        fanout.call(self.cluster.client, engines, api.forget_trials, keep, timeout=30)
+
     def _finish(self, status: str) -> None:
         cl = self.cluster
         table = TrialTable(self.name, [t.row() for t in self.trials])
-        best = table.best(1)
-        keep = (best[0].trial,) if best else ()
-        alive = {s.rank: s.engine_id for s in cl.slots if s.rank not in self.lost}
-        fanout.call(cl.client, alive, api.forget_trials, keep, timeout=30)
+        self._keep_best(s.rank for s in cl.slots if s.rank not in self.lost)
         cl.last_sweep = table
         if self.board is not None:
             self._show(force=True)
@@ -339,24 +351,6 @@ class Sweep:
                 replay(cl)
                 note += "; earlier cells were replayed there"
             print(note)
-
-
-def pull_trial(name: str, trial: int | str = "best") -> Any:
-    """``name`` as the latest sweep's ``trial`` (an id, or ``"best"``) left it on its first
-    rank (``%nbdist pull NAME --trial best``)."""
-    cluster = session.current()
-    table = cluster.last_sweep
-    if table is None:
-        raise UsageError("no sweep has run on this cluster: --trial pulls from a sweep's trial")
-    row = table.row(trial)
-    eid = cluster.slots[row.ranks[0]].engine_id
-    packed = cluster.client[eid].apply_sync(api.fetch_trial, row.trial, name)
-    if packed is None:
-        raise UsageError(
-            f"trial {row.trial} did not bind {name!r}: pull a name its cell assigned (after a "
-            "sweep, only the best trial's names are kept)"
-        )
-    return unpack(packed)
 
 
 def sweep(

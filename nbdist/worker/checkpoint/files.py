@@ -11,28 +11,39 @@ same way. A checkpoint counts only when its marker exists and matches, so a cras
 never loaded. A write that fails removes its temporary file and raises ``CheckpointWriteError``
 naming the folder and the cause: the storage's fault, which ``--restarts`` retries.
 
-Loaded with ``torch.load(weights_only=True)``: a checkpoint holds tensors and plain values only,
-so a file planted in the folder cannot run code. ``check_safe`` refuses anything else when it is
-saved, not when it would be loaded.
+A folder belongs to one run at a time: ``run.json`` names the run that writes there (its id, kept
+across nbdist's restarts and replays). A new run under a name that holds an earlier run's
+checkpoints starts afresh, and those move aside to ``<name>.earlier-<time>`` beside it (nothing
+is deleted), unless the person asked to resume (``--resume``): ``claim``.
+
+A folder given as ``dir=`` must be the person's own, like the data folder: one that others may
+write (without the sticky bit) could have checkpoints planted or swapped in. Pruning keeps the
+newest ``keep`` checkpoints that verify (size and SHA-256, each file hashed once per process),
+so a corrupt newer file never costs a good older one.
+
+Loaded with ``torch.load(weights_only=True)``: a checkpoint holds tensors and plain values only
+(``contents.check_safe``), so a file planted in the folder cannot run code.
 """
 
 from __future__ import annotations
 
 import errno
-import functools
 import hashlib
 import io
 import json
 import os
 import re
 import socket
+import stat
+import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 from ...errors import CheckpointWriteError, UsageError
 
 FORMAT = 2  # payloads hold only what a weights-only load accepts
+#: The first torch whose weights-only loader has no known way to run code (CVE-2025-32434).
+SAFE_TORCH = "2.6"
 _NAME = re.compile(r"step-([0-9]+)\.pt")  # names are matched whole (fullmatch)
 _TEMP = re.compile(r"\.step-[0-9]+\.(pt|json)\.(?P<host>.+)\.(?P<pid>[0-9]+)\.tmp")
 _RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -57,12 +68,38 @@ def run_folder(dir: str | os.PathLike | None, run: str) -> Path:
 
         return datadir.private_dir(datadir.ensure() / "checkpoints") / run
     try:
-        return Path(dir).expanduser() / run
+        base = Path(dir).expanduser()
     except (TypeError, RuntimeError) as e:  # not a path; ~user with no such user
         raise UsageError(
             f"nbdist: dir= must be a folder's path, not the {type(dir).__name__} "
             f"{repr(dir)[:60]} ({e})"
         ) from None
+    for folder in (base, base / run):
+        _check_trusted(folder)
+    return base / run
+
+
+def _check_trusted(folder: Path) -> None:
+    """Refuse an existing ``folder`` that someone else owns or may change: checkpoints there
+    could be planted, or this run's folder swapped for theirs. A sticky folder (like /tmp)
+    lets others write but not rename what is ours, so it passes when the run's folder is ours."""
+    try:
+        st = os.stat(folder)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return  # made 0700 by prepare(); a file in the way is prepare()'s one line
+    except OSError:
+        return  # unreadable: prepare() says so
+    fix = "pass dir= a folder of your own (chmod go-w, or mkdir -m 700)"
+    if st.st_uid != os.geteuid() and st.st_uid != 0:
+        raise UsageError(
+            f"checkpoint folder {folder} belongs to another user (uid {st.st_uid}), who could "
+            f"plant checkpoints there: {fix}"
+        )
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise UsageError(
+            f"checkpoint folder {folder} can be written by other users (mode "
+            f"{stat.S_IMODE(st.st_mode):o}), who could plant checkpoints there: {fix}"
+        )
 
 
 def _make_dirs(folder: Path) -> None:
@@ -145,6 +182,7 @@ def write(folder: Path, step: int, data: bytes) -> None:
     marker = {"step": step, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     try:
         _write_atomic(folder / f"{name}.pt", data)
+        _verified[folder / f"{name}.pt"] = _stamp(folder / f"{name}.pt")  # hashed as written
         try:
             _write_atomic(folder / f"{name}.json", json.dumps(marker).encode())
         except BaseException:
@@ -152,6 +190,60 @@ def write(folder: Path, step: int, data: bytes) -> None:
             raise
     except OSError as e:
         raise _storage_error(f"write {name}.pt", folder, e) from None
+
+
+def claim(folder: Path, run_id: str, resume: bool) -> str:
+    """Make the prepared ``folder`` the checkpoints' folder of run ``run_id`` (the same id
+    across the run's restarts and replays); the line to show the person, or "".
+
+    A folder another run wrote into is that run's: unless ``resume``, its checkpoints move
+    aside to ``<name>.earlier-<time>`` beside it and this run starts afresh."""
+    if _owner(folder) == run_id:
+        return ""
+    done = complete(folder)
+    if done and not resume:
+        aside = _aside(folder)
+        try:
+            os.rename(folder, aside)
+        except OSError as e:
+            raise UsageError(
+                f"nbdist: {folder} holds an earlier run's checkpoints, which could not be moved "
+                f"aside ({e.strerror}): pass run= another name, or move them yourself"
+            ) from None
+        prepare(folder)
+    try:
+        _write_atomic(folder / _CLAIM, json.dumps({"run": run_id, "at": time.time()}).encode())
+    except OSError as e:
+        raise _storage_error(f"write {_CLAIM}", folder, e) from None
+    if done and not resume:
+        return (
+            f"nbdist: run {folder.name!r} already had checkpoints ({done[0][0] + 1} steps done) "
+            f"from an earlier run: this run starts afresh, and those moved to {aside}; to "
+            "continue that run instead, run the cell again with --resume"
+        )
+    if resume and not done:
+        return f"nbdist: --resume: run {folder.name!r} has no checkpoint yet: it starts afresh"
+    return ""
+
+
+_CLAIM = "run.json"  # which run writes into the folder
+
+
+def _owner(folder: Path) -> str | None:
+    try:
+        return json.loads((folder / _CLAIM).read_text()).get("run")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _aside(folder: Path) -> Path:
+    """A free name beside ``folder`` for an earlier run's checkpoints."""
+    base = f"{folder.name}.earlier-{time.strftime('%Y%m%d-%H%M%S')}"
+    for n in range(1, 1000):
+        aside = folder.with_name(base if n == 1 else f"{base}-{n}")
+        if not aside.exists():
+            return aside
+    raise UsageError(f"nbdist: too many earlier runs beside {folder}: run %nbdist gc")
 
 
 def complete(folder: Path) -> list[tuple[int, Path]]:
@@ -165,13 +257,19 @@ def complete(folder: Path) -> list[tuple[int, Path]]:
 
 
 def prune(folder: Path, keep: int) -> None:
-    """Keep the newest ``keep`` checkpoints (at least 2); remove older ones, and what a killed
-    writer left behind: data older than the newest checkpoint without its marker, and
-    temporary files of processes on this host that are gone."""
+    """Keep the newest ``keep`` checkpoints that verify (at least 2); remove older ones, and
+    what a killed writer left behind: data older than the newest checkpoint without its
+    marker, and temporary files of processes on this host that are gone. A checkpoint that
+    does not verify is not counted: restore skips it, saying so, and it goes once it is older
+    than the ones kept."""
     done = complete(folder)
-    for _, old in done[max(2, keep) :]:
-        old.with_suffix(".json").unlink(missing_ok=True)
-        old.unlink(missing_ok=True)
+    good = 0
+    for _, path in done:
+        if good >= max(2, keep):
+            path.with_suffix(".json").unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+        elif _verifies(path):
+            good += 1
     newest = done[0][0] if done else -1
     for f in folder.glob("step-*.pt"):
         m = _NAME.fullmatch(f.name)
@@ -182,6 +280,35 @@ def prune(folder: Path, keep: int) -> None:
         m = _TEMP.fullmatch(f.name)
         if m and m["host"] == here and not _alive(int(m["pid"])):
             f.unlink(missing_ok=True)
+
+
+#: Files that verified, as (size, mtime_ns) when they did: each is hashed once per process.
+_verified: dict[Path, tuple[int, int]] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _read_verified(path: Path) -> bytes:
+    """``path``'s data when its size and SHA-256 match its marker; a ValueError otherwise."""
+    marker = json.loads(path.with_suffix(".json").read_text())
+    data = path.read_bytes()
+    if len(data) != marker["bytes"] or hashlib.sha256(data).hexdigest() != marker["sha256"]:
+        raise ValueError("checksum mismatch")
+    _verified[path] = _stamp(path)
+    return data
+
+
+def _verifies(path: Path) -> bool:
+    try:
+        if _verified.get(path) == _stamp(path):
+            return True
+        _read_verified(path)
+        return True
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _alive(pid: int) -> bool:
@@ -207,15 +334,18 @@ def load_latest(folder: Path) -> tuple[dict | None, list[str]]:
 
     import torch
 
+    if torch.__version__ < SAFE_TORCH:
+        raise UsageError(
+            f"nbdist.restore: torch {torch.__version__}'s weights-only loader has known ways to "
+            f"run code from a file (CVE-2025-32434): upgrade to torch>={SAFE_TORCH} to load "
+            "checkpoints"
+        )
     skipped: list[str] = []
     if not folder.is_dir():
         return None, skipped
     for _, path in complete(folder):
         try:
-            marker = json.loads(path.with_suffix(".json").read_text())
-            data = path.read_bytes()
-            if len(data) != marker["bytes"] or hashlib.sha256(data).hexdigest() != marker["sha256"]:
-                raise ValueError("checksum mismatch")
+            data = _read_verified(path)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -228,65 +358,3 @@ def load_latest(folder: Path) -> tuple[dict | None, list[str]]:
         except Exception as e:
             skipped.append(f"{path.name}: {' '.join(str(e).split())[:300]}")  # one line
     return None, skipped
-
-
-# -- what a checkpoint may hold -------------------------------------------------------------
-
-
-@functools.cache
-def _leaf_types() -> frozenset[type]:
-    """The exact types a weights-only load rebuilds by default that hold nothing else."""
-    import torch
-
-    plain = (str, bytes, bytearray, int, float, complex, bool, type(None))
-    return frozenset(
-        (*plain, torch.Tensor, torch.nn.Parameter, torch.Size, torch.dtype, torch.device)
-    )
-
-
-def _children(value: Any, leaves: frozenset[type]) -> list[tuple[Any, Any]] | None:
-    """The parts of a container a weights-only load rebuilds that are not leaves, as (key or
-    index, part), keys included; None when ``value`` is no such container."""
-    from collections import OrderedDict
-
-    if type(value) in (dict, OrderedDict):
-        keys = [(k, k) for k in value if type(k) not in leaves]
-        return keys + [(k, v) for k, v in value.items() if type(v) not in leaves]
-    if type(value) in (list, tuple, set):
-        return [(i, v) for i, v in enumerate(value) if type(v) not in leaves]
-    return None
-
-
-def _fix(name: str, value: Any) -> str:
-    kind = type(value)
-    if hasattr(value, "state_dict"):
-        return f"pass {name}.state_dict()"
-    if kind.__module__ == "numpy" and kind.__name__ == "ndarray":
-        return f"pass torch.from_numpy({name}) or {name}.tolist()"
-    if kind.__module__ == "numpy":
-        return f"pass {name}.item()"
-    return "pass its data as tensors and plain values (dicts, lists, numbers, strings)"
-
-
-def check_safe(name: str, value: Any) -> None:
-    """Refuse ``value`` (state ``name``) now if a weights-only load could not rebuild it later:
-    one line naming the object and the fix."""
-    leaves = _leaf_types()
-    todo: list[tuple[tuple, Any]] = [((), value)]
-    seen: set[int] = set()
-    while todo:
-        path, v = todo.pop()
-        if type(v) in leaves:
-            continue
-        parts = _children(v, leaves)
-        if parts is not None:
-            if id(v) not in seen:  # a container that holds itself is walked once
-                seen.add(id(v))
-                todo.extend(((*path, k), c) for k, c in parts)
-            continue
-        where = f"state {name!r}" + (" at " + "".join(f"[{k!r}]" for k in path) if path else "")
-        kind = f"{type(v).__module__}.{type(v).__qualname__}"
-        raise UsageError(
-            f"nbdist.checkpoint: {where} is a {kind}, which a checkpoint cannot hold safely "
-            f"(loading it could run code): {_fix(name if not path else 'it', v)}"
-        )

@@ -9,10 +9,12 @@ the step's work, with that step's index.
 Where they live: rank 0 writes them, on rank 0's host, into a folder of this run's own under
 ``dir`` (default: the engine's ``$NBDIST_DATA_DIR/checkpoints``). The run is the cell's run,
 kept across nbdist's automatic restarts and replays; name it (``run="exp1"``) to resume it
-from another cell or another kernel. ``restore`` reads on rank 0 only and broadcasts the state
-over the process group, so engines on other hosts need no access to the files. Point ``dir`` at
-a shared file system if rank 0's host itself may be lost. How files are written, verified and
-loaded (without running code): ``files``.
+from another cell or another kernel with ``--resume`` (without it, a new run under a name
+that has checkpoints starts afresh, and those move aside: ``files.claim``). ``restore`` reads
+on rank 0 only and broadcasts the state over the process group, so engines on other hosts need
+no access to the files. Point ``dir`` at a shared file system (a folder of your own) if rank
+0's host itself may be lost. How files are written, verified and loaded (without running
+code): ``files``.
 
 What is saved: for each keyword, ``obj.state_dict()`` when it has one (models, optimizers, LR
 schedulers), else the object itself, which must be tensors and plain values (dicts, lists,
@@ -35,18 +37,31 @@ from typing import Any
 from ...errors import UsageError
 from .. import context, reporter
 from ..state import engine
-from . import files
+from . import contents, files
 
 Folder = str | os.PathLike | None
 
 
-def set_run(key: str) -> None:
-    """Name the current run (the folder its checkpoints go to, unless ``run=`` names one)."""
+def set_run(key: str, run_id: str = "", resume: bool = False) -> None:
+    """Name the current run: ``key`` the folder its checkpoints go to (unless ``run=`` names
+    one), ``run_id`` the run itself (default ``key``; the same across its restarts and
+    replays), ``resume`` whether it may continue an earlier run's checkpoints."""
     engine.run_key = key
+    engine.run_id = run_id or key
+    engine.resume = resume
 
 
 def _folder(dir: Folder, run: str | None) -> Path:
-    return files.run_folder(dir, engine.run_key if run is None else run)
+    """The run's folder, made and claimed for this run (once per folder): rank 0 only."""
+    folder = files.prepare(files.run_folder(dir, engine.run_key if run is None else run))
+    claim = (str(folder), engine.run_id)
+    if claim not in engine.claimed:
+        note = files.claim(folder, engine.run_id, engine.resume)
+        engine.claimed.add(claim)
+        if note:
+            print(note)
+            reporter.event("fresh" if "afresh" in note else "resumed", note)
+    return folder
 
 
 def _rng_state() -> dict:
@@ -89,7 +104,7 @@ def _saved_form(state: dict) -> dict:
     for k, v in state.items():
         target = _unwrap(v)
         out[k] = target.state_dict() if hasattr(target, "state_dict") else v
-        files.check_safe(k, out[k])
+        contents.check_safe(k, out[k])
     return out
 
 
@@ -174,7 +189,7 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
     }
     if own is not None:
         payload["ranks"] = own
-    folder = files.prepare(_folder(dir, run))
+    folder = _folder(dir, run)
     buf = io.BytesIO()
     torch.save(payload, buf)
     files.write(folder, step, buf.getvalue())
@@ -226,7 +241,7 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
     payload = None
     skipped: list[str] = []
     if info.rank == 0:  # the folder must take the checkpoints to come: say so before training
-        payload, skipped = files.load_latest(files.prepare(_folder(dir, run)))
+        payload, skipped = files.load_latest(_folder(dir, run))
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         box = [payload]
         dist.broadcast_object_list(box, src=0)

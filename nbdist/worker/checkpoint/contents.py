@@ -1,0 +1,72 @@
+"""What a checkpoint may hold: tensors and plain values, which a weights-only load rebuilds.
+
+``check_safe`` refuses anything else when it is saved (and already at ``restore``), in one line
+naming the object and the fix, not when it would be loaded: a checkpoint that could not be
+loaded without running code is never written.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ...errors import UsageError
+
+
+@functools.cache
+def _leaf_types() -> frozenset[type]:
+    """The exact types a weights-only load rebuilds by default that hold nothing else."""
+    import torch
+
+    plain = (str, bytes, bytearray, int, float, complex, bool, type(None))
+    return frozenset(
+        (*plain, torch.Tensor, torch.nn.Parameter, torch.Size, torch.dtype, torch.device)
+    )
+
+
+def _children(value: Any, leaves: frozenset[type]) -> list[tuple[Any, Any]] | None:
+    """The parts of a container a weights-only load rebuilds that are not leaves, as (key or
+    index, part), keys included; None when ``value`` is no such container."""
+    from collections import OrderedDict
+
+    if type(value) in (dict, OrderedDict):
+        keys = [(k, k) for k in value if type(k) not in leaves]
+        return keys + [(k, v) for k, v in value.items() if type(v) not in leaves]
+    if type(value) in (list, tuple, set):
+        return [(i, v) for i, v in enumerate(value) if type(v) not in leaves]
+    return None
+
+
+def _fix(name: str, value: Any) -> str:
+    kind = type(value)
+    if hasattr(value, "state_dict"):
+        return f"pass {name}.state_dict()"
+    if kind.__module__ == "numpy" and kind.__name__ == "ndarray":
+        return f"pass torch.from_numpy({name}) or {name}.tolist()"
+    if kind.__module__ == "numpy":
+        return f"pass {name}.item()"
+    return "pass its data as tensors and plain values (dicts, lists, numbers, strings)"
+
+
+def check_safe(name: str, value: Any) -> None:
+    """Refuse ``value`` (state ``name``) now if a weights-only load could not rebuild it later:
+    one line naming the object and the fix."""
+    leaves = _leaf_types()
+    todo: list[tuple[tuple, Any]] = [((), value)]
+    seen: set[int] = set()
+    while todo:
+        path, v = todo.pop()
+        if type(v) in leaves:
+            continue
+        parts = _children(v, leaves)
+        if parts is not None:
+            if id(v) not in seen:  # a container that holds itself is walked once
+                seen.add(id(v))
+                todo.extend(((*path, k), c) for k, c in parts)
+            continue
+        where = f"state {name!r}" + (" at " + "".join(f"[{k!r}]" for k in path) if path else "")
+        kind = f"{type(v).__module__}.{type(v).__qualname__}"
+        raise UsageError(
+            f"nbdist.checkpoint: {where} is a {kind}, which a checkpoint cannot hold safely "
+            f"(loading it could run code): {_fix(name if not path else 'it', v)}"
+        )
