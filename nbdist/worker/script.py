@@ -29,6 +29,26 @@ _GUARDED = tuple(
 )
 
 
+_busy = False  # a cell or script is running on this engine's main thread
+
+
+def end_on_term() -> None:
+    """A SIGTERM (a scheduler ending the job: ``scancel``, a time limit, preemption) ends a
+    busy engine at once. ipyparallel's own handler stops the engine only once the running cell
+    returns, so a cancelled job's ranks would train on, writing checkpoints, beside the job that
+    replaces them; an idle engine still stops as ipyparallel stops it."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if getattr(previous, "__qualname__", "").startswith("end_on_term"):
+        return
+
+    def on_term(sig: int, frame: object) -> None:
+        if _busy or not callable(previous):
+            os._exit(128 + sig)
+        previous(sig, frame)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
 def not_interactive() -> None:
     """Remove the interactive markers IPython sets (``sys.ps1``...): frameworks treat a process
     that has them as a REPL, where they refuse to start distributed training. Rich output does
@@ -47,7 +67,9 @@ def running(program: Program) -> Iterator[dict]:
     ends), its globals join the engine's namespace, as IPython's ``%run`` does, so later cells
     and ``%nbdist pull`` see them.
     """
+    global _busy
     handlers = {s: signal.getsignal(s) for s in _GUARDED}
+    _busy = True
     sys.argv = list(program.argv)
     if program.cwd and os.path.isdir(program.cwd):  # a remote host may not have the folder
         os.chdir(program.cwd)
@@ -77,6 +99,8 @@ def running(program: Program) -> Iterator[dict]:
 
 
 def _restore(handlers: dict) -> None:
+    global _busy
+    _busy = False
     for sig, handler in handlers.items():
         if handler is not None and signal.getsignal(sig) is not handler:
             signal.signal(sig, handler)

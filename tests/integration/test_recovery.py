@@ -219,3 +219,26 @@ def test_an_engine_that_died_between_cells_fails_the_next_cell_in_one_line(clust
             assert cluster.run(code) == 2.0  # repaired: a fresh engine took rank 1
         assert cluster.slots[1].pid != victim
         assert_gone([victim])
+
+
+def test_a_busy_engine_ends_at_sigterm_not_after_its_cell(cluster, tmp_path):
+    """A scheduler's SIGTERM (scancel, a time limit) ends a rank at once, mid-cell: the cell
+    does not train on unseen (ipyparallel's own handler would wait for it to return)."""
+    flag = tmp_path / "busy"
+    victim = cluster.slots[1].pid
+
+    def term_when_busy():
+        wait_until(flag.exists, 30, what="rank 1 to be busy")
+        os.kill(victim, signal.SIGTERM)
+
+    threading.Thread(target=term_when_busy, daemon=True).start()
+    cell = (
+        "import pathlib, time\n"
+        f"if nbdist.rank() == 1:\n    pathlib.Path({str(flag)!r}).touch()\n"
+        "time.sleep(60)  # far longer than the test waits"
+    )
+    with pytest.raises(DistributedCellError) as e:
+        cluster.run(cell, CellOptions(timeout=45))
+    assert "rank 1: engine process exited with status 143" in str(e.value), str(e.value)
+    assert_gone([victim])
+    assert cluster.run("1 + 1") == 2  # repaired: a fresh engine took rank 1

@@ -340,3 +340,66 @@ def test_a_machine_without_slurm_is_told_so_before_anything_starts(tmp_path, mon
         "commands are, or install them)"
     )
     assert list(tmp_path.iterdir()) == [] and nbdist.current(required=False) is None
+
+
+STEADY = textwrap.dedent(
+    """
+    import pathlib, time, torch
+    torch.manual_seed(0)
+    model = nbdist.prepare(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    X = torch.randn(32, 4)
+    flag, log = pathlib.Path(FLAG), pathlib.Path(LOG)
+    for step in nbdist.steps(60, every=5, model=model, opt=opt, run=RUN):
+        if nbdist.is_main():
+            with log.open("a") as f:
+                f.write(f"{step}\\n")
+            if step == 12:
+                flag.touch()
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(X), X.sum(1, keepdim=True)).backward()
+        opt.step()
+        time.sleep(0.1)  # training goes on while the job ends under it
+    step
+    """
+)
+
+
+def test_a_job_cancelled_mid_cell_is_known_at_once_and_resumed(slurm, in_tmp, capsys):
+    c = nbdist.start(n=2, launcher="slurm", ip="127.0.0.1")
+    try:
+        [first] = _job_ids(c)
+        flag, log = in_tmp / "flag", in_tmp / "log"
+        src = STEADY.replace("FLAG", repr(str(flag))).replace("LOG", repr(str(log)))
+        src = src.replace("RUN", repr(f"c-{uuid.uuid4().hex[:6]}"))
+        cancelled = _end_when(slurm, flag, "scancel", first)
+        capsys.readouterr()
+        assert c.run(src, CellOptions(restarts=1)) == 59
+        assert cancelled.is_set()
+        out = capsys.readouterr().out
+        [line] = [ln for ln in out.splitlines() if "a new job" in ln]
+        assert line.startswith(f"nbdist: slurm job {first} ended: "), line
+        assert re.search("CANCELLED|COMPLETING: it was cancelled", line), line
+        steps = [int(s) for s in log.read_text().split()]
+        again = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
+        # known within seconds (0.1 s a step): busy engines end at the job's SIGTERM, and the
+        # watcher names the job within a second
+        assert steps[again - 1] - 12 <= 30, steps
+        assert steps[again] % 5 == 0 and steps[again:] == list(range(steps[again], 60)), steps
+        [second] = [j for j in _job_ids(c) if j != first]
+        assert c.engines.job_line().startswith(f"slurm job {second}: RUNNING")
+        # without --restarts: the cell fails in one line naming the job; the next gets a new job
+        flag.unlink()
+        cancelled = _end_when(slurm, flag, "scancel", second)
+        with pytest.raises(nbdist.errors.DistributedCellError) as e:
+            c.run(src.replace("steps(60", "steps(400"))
+        assert cancelled.is_set()
+        assert f"slurm job {second} ended: " in str(e.value), str(e.value)
+        assert c.run(ALL_REDUCE) == 3
+        [third] = [j for j in _job_ids(c) if j not in (first, second)]
+        assert c.engines.job_line().startswith(f"slurm job {third}: RUNNING")
+        out = capsys.readouterr().out
+        assert f"nbdist: slurm job {second} ended: " in out, out
+    finally:
+        c.stop()
+    _queue_empty(slurm)

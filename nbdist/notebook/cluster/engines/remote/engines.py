@@ -199,6 +199,7 @@ class RemoteEngines:
         new = new[:want]
         self._identify(new)
         self.jobs.assign(new, list(sets))
+        self.jobs.watch(self._job_ended)  # a job ended under a cell: known within seconds
         return new
 
     def _identify(self, ids: list[int]) -> None:
@@ -212,16 +213,11 @@ class RemoteEngines:
         found.check("asking the new engines for their pids", noun="engine")
 
     def _not_registered(self, plan: Counter, new: list[int]) -> str:
-        came = Counter(self._host_of[e] for e in new)
-        short = [(h, n - came[h]) for h, n in plan.items() if came[h] < n]
-        parts = []
-        for host, k in short:
+        came, parts = Counter(self._host_of[e] for e in new), []
+        for host, k in [(h, n - came[h]) for h, n in plan.items() if came[h] < n]:
             where = f"on host {host}" if host else f"from the {self.remote.launcher} launcher"
-            last = (
-                shell.log_tail(self._hosts[host], self.remote_dir, self.remote.connect_timeout)
-                if host
-                else ""
-            )
+            tail = shell.log_tail if host else (lambda *_: "")
+            last = tail(self._hosts.get(host), self.remote_dir, self.remote.connect_timeout)
             parts.append(f"{k} engine(s) {where}" + (f" (last output: {last})" if last else ""))
         return (
             f"{', '.join(parts)} did not register within {self.cfg.start_timeout:g} s: check "
@@ -243,11 +239,20 @@ class RemoteEngines:
             hosts.append(name)
         return self._launch_and_wait(Counter(hosts), known)
 
+    def _job_ended(self, job: jobs.Job) -> None:
+        """(The watcher's thread.) The scheduler ended ``job``: its engines are lost now, and
+        killed, even those outliving its SIGTERM, so none goes on writing beside a new job."""
+        eids = [e for e in sorted(job.engines) if e in self._pid_of and e not in self._gone]
+        self.signal([self._pid_of[e] for e in eids], signal.SIGKILL)
+        for e in eids:
+            host = self._host_of[e] or "?"
+            self.exits.put(RemoteExit(self._pid_of[e], host=host, engine_id=e, reason=job.end))
+
     def _on_registration(self, event: dict) -> None:
         if event.get("event") != "unregister" or self._stopping:
             return
         eid = int(event["id"])
-        if eid in self._pid_of:
+        if eid in self._pid_of and eid not in self._gone:
             self._leave(eid)
             host = self._host_of[eid] or "?"
             why = self.jobs.why_gone(eid)  # its job ended: which, and why

@@ -7,13 +7,20 @@ whose only writer is the kernel: when the kernel exits or is killed, the pipe en
 finds itself orphaned, within a second) and the guard runs ``scancel``, so not even a job still
 in the queue is left behind. ``stop`` closes the pipes
 itself (the guards cancel, if the launcher has not yet) and waits for the guards by PID.
+
+A job can end under a running cell (``scancel``, its time limit, preemption) while its engines
+outlive the scheduler's SIGTERM for a while (Slurm's ``KillWait``): ``watch`` asks the scheduler
+every ``WATCH`` seconds, from a thread, and reports a job that no longer runs at once, so its
+engines count as lost within seconds whatever the cell is doing.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psutil
@@ -52,6 +59,8 @@ subprocess.run(["scancel", sys.argv[1]], stdin=subprocess.DEVNULL, stdout=subpro
 """
 #: Seconds between two questions to the scheduler while engines are awaited.
 POLL = 0.5
+#: Seconds between two questions to the scheduler about running jobs (``watch``).
+WATCH = 1.0
 
 
 @dataclass
@@ -74,6 +83,32 @@ class SchedulerJobs:
         self.jobs: dict[str, Job] = {}  # by engine set id
         self._of_engine: dict[int, Job] = {}
         self._asked = 0.0
+        self._quit = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def watch(self, ended: Callable[[Job], None]) -> None:
+        """From now until ``stop``: call ``ended(job)`` once for each job with engines that
+        the scheduler says no longer runs (its ``end`` set), within ``WATCH`` seconds."""
+        if not self.active or self._watcher is not None:
+            return
+
+        def loop() -> None:
+            while not self._quit.wait(WATCH):
+                for job in list(self.jobs.values()):
+                    if job.engines and not job.end and self._ended(job):
+                        ended(job)
+
+        self._watcher = threading.Thread(target=loop, name="nbdist-slurm-watch", daemon=True)
+        self._watcher.start()
+
+    def _ended(self, job: Job) -> bool:
+        """Whether ``job`` no longer runs its engines (``job.end`` then says why)."""
+        info = slurm.query(job.job_id)
+        if info is not None and info.ended:
+            job.end = info.end_line()
+        elif info is not None and info.state == "PENDING":  # requeued: these engines are gone
+            job.end = f"slurm job {job.job_id} was requeued ({info.reason})"
+        return bool(job.end)
 
     def launched(self, set_id: str, engine_set: object) -> None:
         """Note the job an engine set submitted, and start its guard."""
@@ -131,11 +166,7 @@ class SchedulerJobs:
         if job is None:
             return ""
         if not job.end:
-            info = slurm.query(job.job_id)
-            if info is not None and info.ended:
-                job.end = info.end_line()
-            elif info is not None and info.state == "PENDING":  # requeued: these engines are gone
-                job.end = f"slurm job {job.job_id} was requeued ({info.reason})"
+            self._ended(job)
         return job.end
 
     def announce_ended(self) -> None:
@@ -164,6 +195,9 @@ class SchedulerJobs:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Cancel every job (through its guard: its pipe ends) and wait for the guards."""
+        self._quit.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout)
         guards = [j.guard for j in self.jobs.values() if j.guard is not None]
         for g in guards:
             try:

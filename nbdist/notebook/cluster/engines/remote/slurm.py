@@ -10,6 +10,7 @@ cluster without them are refused before anything starts.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import subprocess
@@ -24,6 +25,7 @@ ENDED = {
     "BOOT_FAIL": "its node failed to boot",
     "CANCELLED": "it was cancelled (scancel, or an administrator)",
     "COMPLETED": "its engines all exited",
+    "COMPLETING": "it was cancelled (scancel, an administrator) or failed, and is ending",
     "DEADLINE": "it reached its deadline",
     "FAILED": "it failed",
     "NODE_FAIL": "its node failed",
@@ -151,6 +153,9 @@ class JobInfo:
     def end_line(self) -> str:
         """Why the job's engines are gone, in one line naming the job and the reason."""
         why = ENDED.get(self.state, self.state.lower())
+        limit, run = seconds(self.time_limit), seconds(self.run_time)
+        if self.state == "COMPLETING" and limit is not None and run is not None and run >= limit:
+            return dataclasses.replace(self, state="TIMEOUT").end_line()  # still ending
         if self.state == "TIMEOUT":
             why += f" ({self.time_limit})"
         if self.reason not in ("", "None"):
