@@ -39,6 +39,7 @@ _PUBLIC = {
     "compare": "nbdist.notebook.board.runs",
     "sweep": "nbdist.notebook.sweeps.trials",  # %%distributed --sweep, from Python
     "trials": "nbdist.notebook.sweeps.table",
+    "gc": "nbdist.notebook.housekeeping.gc",  # %nbdist gc: what the retention rule frees
     # engine side
     "rank": "nbdist.worker.context",
     "world_size": "nbdist.worker.context",

@@ -230,3 +230,30 @@ class TelemetryConfig:
         if not (isinstance(self.slow_factor, (int, float)) and 1 < self.slow_factor < math.inf):
             raise UsageError(f"slow_factor must be a number > 1, not {self.slow_factor!r}")
         whole(self.log_lines, "log_lines", 0)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What ``nbdist.gc()`` (``%nbdist gc``) keeps in the data folder; the rest it may free. What
+    is in use (a running cluster's files, a running run's checkpoints) is kept whatever this says.
+    The defaults suit a laptop."""
+
+    keep_checkpoints: int = 10
+    """Checkpoint folders kept: those of the last N runs, by their last write."""
+    keep_runs: int = 100
+    """Runs kept in the run store (with their profiles): the newest N, and ..."""
+    keep_days: float = 14.0
+    """... every run started in the last D days."""
+    keep_logs: int = 10
+    """Log folders kept of clusters that are gone: the last N clusters' (a running one's too)."""
+    log_bytes: int = 10 * 2**20
+    """A log that grows past this is rotated: its latest part kept in ``<log>.1``, itself
+    emptied (checked every few seconds while its cluster runs, and by gc)."""
+
+    def __post_init__(self) -> None:
+        for name in ("keep_checkpoints", "keep_runs", "keep_logs"):
+            whole(getattr(self, name), name, 0)
+        days = self.keep_days
+        if isinstance(days, bool) or not isinstance(days, (int, float)) or not 0 <= days < 1e6:
+            raise UsageError(f"keep_days must be a number of days >= 0, not {days!r}")
+        whole(self.log_bytes, "log_bytes", 4096)

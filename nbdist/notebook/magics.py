@@ -16,6 +16,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from ..config import CellOptions
 from ..errors import UsageError
 from . import session
+from .housekeeping import gc as housekeeping
 from .sweeps.spec import SweepSpec, parse_sweep
 
 
@@ -96,6 +97,11 @@ def _nbdist_parser() -> _Parser:
     at = sub.add_parser("attach", help="use a cluster started from the sidebar")
     at.add_argument("cluster_id", nargs="?", default=None, help="default: the newest one")
     sub.add_parser("status", help="show each rank: host, pid, device, GPU, state, pipeline stage")
+    # housekeeping (see nbdist.notebook.housekeeping)
+    g = sub.add_parser("gc", help="show what the retention rule frees of the data folder")
+    g.add_argument("--yes", action="store_true", help="free it (without: only show it)")
+    for keep, kind in (("checkpoints", int), ("runs", int), ("days", float), ("logs", int)):
+        g.add_argument(f"--keep-{keep}", type=kind, default=None, metavar="N")
     sc = sub.add_parser("scatter", help="send one shard of a notebook array to each rank")
     sc.add_argument("name", help="notebook variable: an array, a tensor or a tuple of them")
     sc.add_argument("--stratify", default=None, metavar="LABELS", help="notebook labels variable")
@@ -281,7 +287,7 @@ class NbdistMagics(Magics):
     def nbdist(self, line: str):
         """Control the cluster: ``%nbdist start -n N`` | ``attach [ID]`` | ``stop`` | ``status`` |
         ``run [OPTIONS] FILE [ARGS...]`` | ``pull NAME`` | ``scatter NAME`` |
-        ``debug [--rank R]`` | ``stacks``."""
+        ``debug [--rank R]`` | ``stacks`` | ``gc [--yes]``."""
         args = _parse(_nbdist_parser(), line, script=True)
         if args is None:
             return None
@@ -326,6 +332,10 @@ class NbdistMagics(Magics):
             if job is not None and (text := job()):
                 print(text)
             print(_status_table(c.status()))
+            print(housekeeping.status_line())  # the data folder's size, what gc would free
+        elif args.command == "gc":
+            keep = {k: v for k, v in vars(args).items() if k.startswith("keep_")}
+            housekeeping.command(args.yes, **keep)
         elif args.command == "scatter":
             from .data import scatter as data
 

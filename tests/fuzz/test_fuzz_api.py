@@ -113,6 +113,20 @@ def test_gather(ready, name, like, ordered):
 
 
 @FUZZ
+@given(
+    rule=st.dictionaries(
+        st.sampled_from(["keep_checkpoints", "keep_runs", "keep_days", "keep_logs", "log_bytes"]),
+        py_values,
+        max_size=3,
+    ),
+    dry_run=st.sampled_from([True, None, 1, "no"]),
+)
+def test_gc_plans(ready, rule, dry_run):
+    # dry runs only: the plan is worked out and shown, nothing is freed
+    _only_usage_errors(lambda: str(nbdist.gc(dry_run=dry_run, **rule)), ready)
+
+
+@FUZZ
 @given(limit=py_values, refs=st.lists(py_values, max_size=3))
 def test_runs_and_compare(ready, limit, refs):
     _only_usage_errors(lambda: nbdist.runs(limit), ready)

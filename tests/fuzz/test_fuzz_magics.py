@@ -138,3 +138,14 @@ def test_start_options_with_a_cluster_running(nb, option, value, quoted):
     # options are checked before the "already running" refusal: every way in is exercised
     # without starting engines
     _verdict(nb, f"%nbdist start {option} {token(value, quoted)}")
+
+
+@FUZZ
+@given(
+    option=st.sampled_from(["--keep-checkpoints", "--keep-runs", "--keep-days", "--keep-logs"]),
+    value=text_values,
+    quoted=st.booleans(),
+)
+def test_gc_options(nb, option, value, quoted):
+    # without --yes: the plan is shown, nothing is freed
+    _verdict(nb, f"%nbdist gc {option} {token(value, quoted)}")

@@ -32,7 +32,8 @@ def test_start_is_fast_and_status_shows_every_rank(nb):
     assert ready < 8.0, f"2 engines and their process group took {ready} s (goal: under 3 s)"
     status = nb.ok("%nbdist status").stdout.splitlines()
     assert status[0].split() == ["rank", "host", "pid", "device", "state"]
-    rows = [line.split() for line in status[1:]]
+    assert status[-1].startswith("data folder ")  # its size, and what %nbdist gc frees
+    rows = [line.split() for line in status[1:-1]]
     assert [row[0] for row in rows] == ["0", "1"]
     assert all(row[3] == "cpu" and row[4] == "ready" for row in rows)
     assert sorted(int(row[2]) for row in rows) == sorted(engine_pids(nb))

@@ -48,7 +48,7 @@ def test_magics_start_train_status_and_stop_through_mpiexec(mpi):
         assert "nbdist: 2 ranks ready" in r.stdout, r.stdout
         assert k.ok(ALL_REDUCE, timeout=60).result == "3"  # 1 + 2: both ranks took part
         status = k.ok("%nbdist status").stdout.splitlines()
-        assert status[0].split()[:2] == ["rank", "host"] and len(status) == 3, status
+        assert status[0].split()[:2] == ["rank", "host"] and len(status) == 4, status
         pids = ast.literal_eval(k.ok(PIDS).stdout)
         assert len(_mpiexec(pids)) == 1  # mpiexec runs here, a child of the kernel
         t0 = time.monotonic()

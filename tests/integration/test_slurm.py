@@ -117,7 +117,7 @@ def test_magics_start_train_status_and_stop_through_slurm(slurm, in_tmp):
         assert cell.result == "3"  # 1 + 2: both ranks took part
         status = k.ok("%nbdist status").stdout.splitlines()
         assert re.fullmatch(rf"slurm job {job.split()[0]}: RUNNING, (10:00|9:\d\d) left", status[0])
-        assert status[1].split()[:2] == ["rank", "host"] and len(status) == 4, status
+        assert status[1].split()[:2] == ["rank", "host"] and len(status) == 5, status
         pids = ast.literal_eval(k.ok(f"import nbdist\n{PIDS}").stdout)
         t0 = time.monotonic()
         assert "cluster stopped" in k.ok("%nbdist stop").stdout

@@ -24,6 +24,7 @@ import psutil
 from .... import config
 from ....errors import NbdistError
 from .base import EngineExit, OnThisMachine
+from .logs import LogCap, cluster_logs, rotated
 from .processes import (
     Pids,
     close_quietly,
@@ -31,6 +32,7 @@ from .processes import (
     private_dir,
     profile_dir,
     reap,
+    remove_cluster_files,
     tie_to_this_process,
     tree,
 )
@@ -120,6 +122,8 @@ class LocalEngines(OnThisMachine):
         )
         self.client: ipp.Client | None = None
         self.engine_pids = Pids()  # each engine as first seen: signals never reach a reused pid
+        # its logs kept to a size while it runs (see engines.logs)
+        self.log_cap = LogCap(self._logs, config.Retention().log_bytes)
 
     @property
     def cluster_file(self) -> str:
@@ -142,6 +146,7 @@ class LocalEngines(OnThisMachine):
             self._ipp.start_controller_sync()
             self.client = self._ipp.connect_client_sync()
             owner_only(Path(self._ipp.profile_dir) / "security")
+            self.log_cap.start()
             self.add_engines(self.cfg.n, known=set())
         except BaseException as exc:
             self.stop()
@@ -181,6 +186,10 @@ class LocalEngines(OnThisMachine):
         said = f": {last[0].strip()[-300:]}" if last else " (it logged nothing)"
         return f"an engine (pid {pid}) {how} while starting{said}; its log: {log}"
 
+    def _logs(self) -> list[Path]:
+        controller = getattr(self._ipp.controller, "output_file", None)
+        return cluster_logs(self.log_dir, controller)
+
     def processes(self) -> list[psutil.Process]:
         """Every process of this cluster: controller, fork server, engines and their children."""
         roots = [self._forks.proc.pid]
@@ -192,6 +201,8 @@ class LocalEngines(OnThisMachine):
     def stop(self, timeout: float = 5.0) -> None:
         """Stop everything; what does not leave within ``timeout`` is killed, by PID."""
         procs = self.processes()
+        self.log_cap.stop()
+        controller_log = getattr(self._ipp.controller, "output_file", None)
         close_quietly(self.client)
         self.client = None
         for p in procs:
@@ -206,4 +217,7 @@ class LocalEngines(OnThisMachine):
         except Exception:
             pass
         reap(procs, timeout)
+        remove_cluster_files(Path(self._ipp.profile_dir), self.cluster_id)  # the hub's state too
+        if controller_log and not Path(controller_log).exists():  # ipyparallel removed it
+            rotated(Path(controller_log)).unlink(missing_ok=True)  # so its older part goes too
         self.engine_pids.clear()
