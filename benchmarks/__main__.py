@@ -37,6 +37,7 @@ BENCHMARKS = (
     "bench_pipeline",
     "bench_sweep",
     "bench_debug",
+    "bench_server",
 )
 
 _FIELDS = {f.name for f in dataclasses.fields(Result)}

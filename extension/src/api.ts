@@ -2,7 +2,8 @@
  * What the server's endpoints return, and one typed function per endpoint.
  *
  * Every string in these records may come from an engine (host names, messages): the panel
- * renders them as React text children, never as HTML.
+ * renders them as React text children, never as HTML. Every answer is strict JSON: a number
+ * the server cannot send as one (NaN, infinity) is null, hence `number | null` throughout.
  */
 import { requestAPI } from './request';
 
@@ -93,6 +94,18 @@ export interface IMetric {
   extra: Record<string, unknown>;
 }
 
+/**
+ * A page of a run's metric rows (`runs/ID/metrics`, `server.pages`): at most `limit` rows
+ * after `since_id`. No answer holds a long run's every row: charts read `runs/ID/curves`.
+ */
+export interface IMetricsPage {
+  metrics: IMetric[];
+  /** The id of the last row sent (or the `since_id` asked with): a live run's next poll. */
+  last_id: number;
+  /** The `since_id` of the next page; null when this page holds every row stored now. */
+  next: number | null;
+}
+
 /** One rank's latest health (`telemetry.events.WorkerHealth`). */
 export interface IWorker {
   rank: number;
@@ -117,6 +130,15 @@ export interface IEvent {
   rank: number | null;
   message: string;
   data: Record<string, unknown>;
+}
+
+/** A run's events (`runs/ID/events`): its latest, or a page after `since_id`, oldest first. */
+export interface IEventsPage {
+  events: IEvent[];
+  last_id: number;
+  next: number | null;
+  /** How many events the run has: more than `events` holds when the latest are sent. */
+  total: number;
 }
 
 /** A line of points: `x` ascending (steps, or seconds since the run started), `y` its values. */
@@ -215,8 +237,12 @@ export function runHealthHistory(runId: number, points: number): Promise<IHealth
   return requestAPI(`runs/${runId}/health/history?points=${points}`);
 }
 
-export function runEvents(runId: number): Promise<{ events: IEvent[] }> {
+export function runEvents(runId: number): Promise<IEventsPage> {
   return requestAPI(`runs/${runId}/events`);
+}
+
+export function runMetrics(runId: number, sinceId = 0, limit = 1000): Promise<IMetricsPage> {
+  return requestAPI(`runs/${runId}/metrics?since_id=${sinceId}&limit=${limit}`);
 }
 
 export function runHealth(runId: number): Promise<{ workers: IWorker[] }> {

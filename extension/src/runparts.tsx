@@ -9,7 +9,7 @@ import { WorkerGrid } from './card';
 import { ILine } from './chart';
 import { ChartBox } from './chartbox';
 import { PALETTE } from './describe';
-import { fmtDuration, MISSING } from './format';
+import { fmtDuration, fmtInt, MISSING } from './format';
 import { RANK_LINES, scaled } from './lines';
 
 const MIB = 1 / (1024 * 1024);
@@ -94,13 +94,26 @@ export function HealthSection(props: {
   );
 }
 
-/** The run's events, oldest first: when (since the start), whose, what. */
-export function EventsTable(props: { events: IEvent[]; started: number }): JSX.Element {
+/**
+ * The run's events, oldest first: when (since the start), whose, what; the latest of them when
+ * the run has more than are read (`total`), and a line that says so.
+ */
+export function EventsTable(props: {
+  events: IEvent[];
+  total: number;
+  started: number;
+}): JSX.Element {
   if (props.events.length === 0) {
     return <p className="jp-nbdist-empty">No events.</p>;
   }
+  const earlier = props.total - props.events.length;
   return (
     <div className="jp-nbdist-tableBox">
+      {earlier > 0 && (
+        <p className="jp-nbdist-hint" data-testid="nbdist-events-earlier">
+          {`The latest ${fmtInt(props.events.length)} of ${fmtInt(props.total)} events (${fmtInt(earlier)} earlier ones are in the run store).`}
+        </p>
+      )}
       <table className="jp-nbdist-events">
         <thead>
           <tr>

@@ -44,6 +44,8 @@ interface IRunViewState {
   health: IHealthHistory | null;
   workers: IWorker[];
   events: IEvent[];
+  /** How many events the run has (the latest 1,000 are read). */
+  eventsTotal: number;
   error: string;
   smoothing: number;
 }
@@ -125,6 +127,7 @@ export class RunView extends ReactWidget {
         health,
         workers: workers.workers,
         events: events.events,
+        eventsTotal: events.total,
         error: ''
       });
     } catch (error) {
@@ -147,6 +150,7 @@ export class RunView extends ReactWidget {
     health: null,
     workers: [],
     events: [],
+    eventsTotal: 0,
     error: '',
     smoothing: 0
   };
@@ -200,7 +204,11 @@ function RunPage(props: {
       <HealthSection run={run} history={props.state.health} workers={props.state.workers} />
       <section className="jp-nbdist-viewSection">
         <h2>Events</h2>
-        <EventsTable events={props.state.events} started={run.started} />
+        <EventsTable
+          events={props.state.events}
+          total={props.state.eventsTotal}
+          started={run.started}
+        />
       </section>
       <Failures run={run} />
       {run.source && (

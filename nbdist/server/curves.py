@@ -7,11 +7,13 @@ million metric rows must cost what a run of a thousand does, on every poll of a 
 - the rows are folded once, into a ``RunSeries`` (``telemetry.series``, the class the kernel's
   board folds with, so both draw the same curves) and ``HealthCurves``, kept per run in a small
   cache (``SeriesCache``, the least recently used run leaves first);
-- each request reads only the rows added since the last one (``since_id``), in pages, and folds
-  for at most ``budget`` seconds: the first read of a long run is bounded in memory and in time,
+- each request reads only the rows added since the last one (``since_id``), in pages of plain
+  tuples (``RunStore.metric_points``: little for the server's garbage collector to walk), and
+  folds for at most ``budget`` seconds: the first read of a long run is bounded in memory and time,
   and says ``complete: false`` until it has caught up (the sidebar asks again at once);
 - what is sent is decimated (``curves.minmax``) to at most ``points`` per line, and the per-rank
-  lines of a wide run share a budget of ``MAX_SENT`` points in all.
+  lines of a wide run (a metric's, or the health measures') share a budget of ``MAX_SENT``
+  points in all.
 
 Called on the server's reader threads: each run's entry has a lock of its own, so two requests
 for one run fold its rows once.
@@ -19,6 +21,7 @@ for one run fold its rows once.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict, deque
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..telemetry.curves import Curve, minmax
-from ..telemetry.series import RunSeries, fold_rows
+from ..telemetry.series import RunSeries, metric_values
 from ..telemetry.store import RunStore
 
 #: The most points per line a request may ask for (the folded curves keep this many).
@@ -143,7 +146,8 @@ class SeriesCache:
             page = read(entry.last_id, self.page)
             if page:
                 fold(page)
-                entry.last_id = page[-1]["id"]
+                last = page[-1]
+                entry.last_id = last[0] if isinstance(last, tuple) else last["id"]
                 entry.rows += len(page)
             if len(page) < self.page:
                 entry.final = ended
@@ -167,14 +171,18 @@ class SeriesCache:
         with entry.lock:
             series: RunSeries = entry.folded
 
-            def fold(rows: list[dict]) -> None:
-                fold_rows(series, rows)
-                steps = [r["step"] for r in rows if r["step"] is not None]
-                if steps and (entry.first_step is None or min(steps) < entry.first_step):
-                    entry.first_step = min(steps)
+            def fold(rows: list[tuple]) -> None:
+                first = entry.first_step
+                for _, rank, step, loss, extra in rows:
+                    series.add(
+                        rank, step, metric_values(loss, json.loads(extra) if extra else None)
+                    )
+                    if step is not None and (first is None or step < first):
+                        first = step
+                entry.first_step = first
 
-            def read(since: int, limit: int) -> list[dict]:
-                return store.metrics(run["id"], since, limit)
+            def read(since: int, limit: int) -> list[tuple]:
+                return store.metric_points(run["id"], since, limit)
 
             complete = self._catch_up(entry, read, fold, ended)
             series.settle(final=entry.final)
@@ -218,11 +226,12 @@ class SeriesCache:
                 return store.health_history(run["id"], since, limit)
 
             complete = self._catch_up(entry, read, fold, ended)
+            lines = sum(len(measures) for measures in folded.curves.values())
             return {
                 "run_id": run["id"],
                 "started": run["started"],
                 "measures": list(MEASURES),
-                "ranks": folded.view(points),
+                "ranks": folded.view(min(points, MAX_SENT // lines) if lines else points),
                 "rows": entry.rows,
                 "complete": complete,
             }

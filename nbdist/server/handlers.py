@@ -6,14 +6,17 @@ and its authorization (``@authorized``, on resource ``nbdist.clusters`` or ``nbd
     DELETE clusters/ID                    stop a cluster started from the sidebar (202)
     GET    runs?limit=N                   the latest runs, newest first
     GET    runs/ID                        one run, with its options, source and failures
-    GET    runs/ID/metrics?since_id=K&limit=N  its metric rows after row K, at most N (10,000;
-                                          up to 100,000): page on with since_id=last_id
+    GET    runs/ID/metrics?since_id=K&limit=N  its metric rows after row K, at most N (1,000;
+                                          up to 10,000); ``next``: the since_id of the next
+                                          page (null: none yet), ``last_id``: where to poll on
     GET    runs/ID/health                 each rank's latest health (``telemetry.events.STATES``)
-    GET    runs/ID/events                 its events, oldest first (the latest 1,000)
+    GET    runs/ID/events?since_id=K&limit=N  its events, oldest first: after K (paged as
+                                          metrics), or the latest N (at most 1,000); ``total``
     GET    runs/ID/curves?points=N&ranks=0|1&metrics=a,b
                                           every metric's curve: the mean over ranks (and each
                                           rank's, ranks=1), at most N points a line (N <= 2000)
     GET    runs/ID/health/history?points=N  each rank's health measures over time, its states
+                                          (N <= 2000 a line; a wide run's lines share a budget)
 
 Errors are JSON ``{"message": ...}``, one line that names the problem and the fix: 400 for a bad
 id, parameter or body, 404 for what is not there, 503 when nbdist's data folder or run store
@@ -22,13 +25,16 @@ A GET writes nothing.
 
 The curves are folded once per run and kept (``curves.SeriesCache``): polling a live run reads
 only its new rows, and the first read of a long one reads a bounded number of rows at a time
-(``complete: false`` until it has caught up). Answers are strict JSON: no NaN, no Infinity.
+(``complete: false`` until it has caught up). No answer grows with a run's length: raw rows go
+out in pages (``pages``), curves decimated. Answers are strict JSON: a number that is not finite
+is null (the store keeps them out; ``pages.encode``).
 
 Nothing blocks the server's event loop: the run store is read on a small pool of threads
-(``nbdist-store``; while a run is live the sidebar polls its health and metrics four times a second,
+(``nbdist-store``; while a run is live the sidebar polls its health and curves four times a second,
 and a read that waits on the kernel's writer must not hold up every other request), and the
 cluster actions (listing reads files and processes; starting spawns one) run on a thread of
-their own (``nbdist-clusters``), one at a time (``Clusters`` keeps state).
+their own (``nbdist-clusters``), one at a time (``Clusters`` keeps state). A run's answer is
+encoded to JSON on the reader thread too: the event loop only sends the text.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from tornado.ioloop import IOLoop
 from ..errors import UsageError
 from ..telemetry.series import MAX_METRICS
 from ..telemetry.store import RunStore
-from ..telemetry.tables import json_safe
+from . import pages
 from .clusters import ClusterError, Clusters, parse_count, trim_repr
 from .curves import MAX_POINTS, SeriesCache
 
@@ -61,8 +67,8 @@ _SETTINGS_KEY = "nbdist"
 _POOLS: dict[str, ThreadPoolExecutor] = {}  # one of each per process, made on first use
 _RUN_ID = re.compile(r"[0-9]{1,18}")
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
-_MAX_EVENTS = 1000  # the latest events of a run that are sent
 _MAX_NAME = 200  # characters of a metric name asked for
+_MAX_ID = 2**63 - 1  # a row id: SQLite's INTEGER
 
 
 def _pool(name: str, workers: int) -> ThreadPoolExecutor:
@@ -98,12 +104,13 @@ class _Base(APIHandler):
             )
         return value
 
-    async def _read(self, read: Callable[..., Any], *args: Any) -> Any:
-        """``read(store, *args)`` on a reader thread (an HTTPError it raises reaches tornado)."""
+    async def _answer(self, read: Callable[[RunStore], dict]) -> None:
+        """Send ``read(store)``, read and encoded as JSON on a reader thread (an HTTPError it
+        raises reaches tornado)."""
         store = self.store
         try:
-            return await IOLoop.current().run_in_executor(
-                _pool("nbdist-store", 2), read, store, *args
+            text = await IOLoop.current().run_in_executor(
+                _pool("nbdist-store", 2), lambda: pages.encode(read(store))
             )
         except UsageError as e:  # the data folder
             raise tornado.web.HTTPError(503, str(e)) from None
@@ -113,6 +120,7 @@ class _Base(APIHandler):
                 f"the run store {store.path} cannot be read ({type(e).__name__}: "
                 f"{_one_line(e)}): try again, or move it aside if it is damaged",
             ) from None
+        self.finish(text)
 
     async def _act(self, action: Callable[..., Any], *args: Any) -> Any:
         """``action(*args)`` (a ``Clusters`` method) on the cluster thread; its refusals as
@@ -147,12 +155,9 @@ class _Base(APIHandler):
         return names or None
 
     def _send(self, data: dict, status: int = 200) -> None:
+        """Send a small answer (the clusters'), encoded here."""
         self.set_status(status)
-        try:
-            text = json.dumps(data, allow_nan=False)
-        except ValueError:  # a NaN or infinity somewhere: strict JSON has no word for it
-            text = json.dumps(json_safe(data), allow_nan=False)
-        self.finish(text)
+        self.finish(pages.encode(data))
 
 
 def _one_line(e: BaseException) -> str:
@@ -205,7 +210,7 @@ class RunsHandler(_Base):
     @authorized
     async def get(self) -> None:
         limit = self._int_arg("limit", 100, 1, 1000)
-        self._send({"runs": await self._read(RunStore.list_runs, limit)})
+        await self._answer(lambda store: {"runs": store.list_runs(limit)})
 
 
 class RunHandler(_Base):
@@ -215,7 +220,7 @@ class RunHandler(_Base):
     @authorized
     async def get(self, run_id: str) -> None:
         rid = _run_id(run_id)
-        self._send({"run": await self._read(_run, rid)})
+        await self._answer(lambda store: {"run": _run(store, rid)})
 
 
 class MetricsHandler(_Base):
@@ -225,10 +230,11 @@ class MetricsHandler(_Base):
     @authorized
     async def get(self, run_id: str) -> None:
         rid = _run_id(run_id)
-        since = self._int_arg("since_id", 0, 0, 2**62)
-        limit = self._int_arg("limit", 10_000, 1, 100_000)
-        rows = await self._read(lambda store: store.metrics(_run(store, rid)["id"], since, limit))
-        self._send({"metrics": rows, "last_id": rows[-1]["id"] if rows else since})
+        since = self._int_arg("since_id", 0, 0, _MAX_ID)
+        limit = self._int_arg("limit", pages.METRICS_PAGE, 1, pages.MAX_PAGE)
+        await self._answer(
+            lambda store: pages.metrics_page(store, _run(store, rid)["id"], since, limit)
+        )
 
 
 class HealthHandler(_Base):
@@ -238,8 +244,7 @@ class HealthHandler(_Base):
     @authorized
     async def get(self, run_id: str) -> None:
         rid = _run_id(run_id)
-        workers = await self._read(lambda store: store.health(_run(store, rid)["id"]))
-        self._send({"workers": workers})
+        await self._answer(lambda store: {"workers": store.health(_run(store, rid)["id"])})
 
 
 class EventsHandler(_Base):
@@ -249,8 +254,13 @@ class EventsHandler(_Base):
     @authorized
     async def get(self, run_id: str) -> None:
         rid = _run_id(run_id)
-        events = await self._read(lambda store: store.events(_run(store, rid)["id"]))
-        self._send({"events": events[-_MAX_EVENTS:]})
+        since = None
+        if self.get_query_argument("since_id", None) is not None:
+            since = self._int_arg("since_id", 0, 0, _MAX_ID)
+        limit = self._int_arg("limit", pages.EVENTS_PAGE, 1, pages.MAX_EVENTS)
+        await self._answer(
+            lambda store: pages.events_page(store, _run(store, rid)["id"], since, limit)
+        )
 
 
 class CurvesHandler(_Base):
@@ -264,10 +274,9 @@ class CurvesHandler(_Base):
         ranks = self._int_arg("ranks", 0, 0, 1) == 1
         names = self._names_arg()
         cache = self.series
-        curves = await self._read(
+        await self._answer(
             lambda store: cache.curves(store, _run(store, rid), points, ranks, names)
         )
-        self._send(curves)
 
 
 class HealthHistoryHandler(_Base):
@@ -279,7 +288,7 @@ class HealthHistoryHandler(_Base):
         rid = _run_id(run_id)
         points = self._int_arg("points", 400, 2, MAX_POINTS)
         cache = self.series
-        self._send(await self._read(lambda store: cache.health(store, _run(store, rid), points)))
+        await self._answer(lambda store: cache.health(store, _run(store, rid), points))
 
 
 def _run_id(run_id: str) -> int:

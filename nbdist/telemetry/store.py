@@ -5,7 +5,10 @@ owner only, in a data folder checked to be the user's own (``datadir``: a reader
 WAL mode with short transactions and a busy timeout: the kernel writes while the Jupyter server
 (another process) reads. Every reader returns plain, JSON-safe data named as in
 ``telemetry.events`` (the sidebar's types follow the same names): a loss that is NaN or infinite
-comes back as ``None`` with ``nonfinite`` set to ``"nan"``, ``"inf"`` or ``"-inf"``.
+comes back as ``None`` with ``nonfinite`` set to ``"nan"``, ``"inf"`` or ``"-inf"``. What goes in
+is checked where it enters (``tables``): a run's numbers that are not finite, or do not fit
+SQLite's 64-bit integers, are stored as NULL (unknown); a row that cannot be stored truthfully (a
+time that is not a number, a step past 2**63) is refused with ``tables.BadValue``.
 
 The kernel writes through ``writer.StoreWriter`` (a background thread, typed records); readers
 are ``nbdist.runs()`` and the sidebar. The row writers also take dicts with the records' names,
@@ -24,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import config, datadir
-from ..errors import RankFailure
 from . import tables
 from .events import (
     EVENT_COLUMNS,
@@ -39,6 +41,9 @@ from .events import (
 
 #: A run still marked ``running`` whose writer has not touched it for this long is ``lost``.
 LOST_AFTER = 60.0
+#: The run's numbers, as the runs table types them: unknown (NULL) when not finite or too large.
+_WHOLE_FIELDS = ("world_size", "step", "total")
+_REAL_FIELDS = ("ended", "samples_per_s")
 
 
 def default_path() -> Path:
@@ -113,7 +118,7 @@ class RunStore:
         started: float | None = None,
     ) -> int:
         """Record a new run (status ``running``); return its id."""
-        now = started or time.time()
+        now = tables.real(started) or time.time()
         conn = self._w()
         with _tx(conn):
             cur = conn.execute(
@@ -125,8 +130,8 @@ class RunStore:
                     now,
                     now,
                     cluster_id,
-                    world_size,
-                    total,
+                    tables.whole(world_size) or 0,
+                    tables.whole(total),
                     tables.to_json(options or {}),
                     source,
                     os.getpid(),
@@ -147,6 +152,10 @@ class RunStore:
                 vals.append(nonfinite)
             elif k in ("options", "failures"):
                 v = tables.to_json(v)
+            elif k in _WHOLE_FIELDS:
+                v = tables.whole(v)
+            elif k in _REAL_FIELDS:
+                v = tables.real(v)
             cols.append(f"{k} = ?")
             vals.append(v)
         conn = self._w()
@@ -160,10 +169,19 @@ class RunStore:
         self.update_run(run_id, status=status, ended=ended or time.time(), failures=failures or [])
 
     def add_metric_records(
-        self, run_id: int, by_rank: Iterable[tuple[int, Sequence[MetricRecord]]]
+        self,
+        run_id: int,
+        by_rank: Iterable[tuple[int, Sequence[MetricRecord]]],
+        refused: tables.Refused | None = None,
     ) -> None:
-        """Append metric records, given as (rank, records) pairs, in one transaction."""
-        data = [tables.metric_row(run_id, rank, rec) for rank, recs in by_rank for rec in recs]
+        """Append metric records, given as (rank, records) pairs, in one transaction. A record
+        the store cannot keep raises ``tables.BadValue`` (nothing is written), or, given
+        ``refused``, is counted there and left out (the others are written); so below."""
+        data = tables.build_rows(
+            tables.metric_row,
+            ((run_id, rank, rec) for rank, recs in by_rank for rec in recs),
+            refused,
+        )
         if data:
             conn = self._w()
             with _tx(conn):
@@ -176,18 +194,26 @@ class RunStore:
         )
 
     def put_health(
-        self, run_id: int, rows: Iterable[WorkerHealth | Mapping[str, Any]], history: bool = True
+        self,
+        run_id: int,
+        rows: Iterable[WorkerHealth | Mapping[str, Any]],
+        history: bool = True,
+        refused: tables.Refused | None = None,
     ) -> None:
         """Record each rank's latest health (``WorkerHealth``, or dicts with its fields)."""
         rows = [r if isinstance(r, WorkerHealth) else WorkerHealth.from_dict(r) for r in rows]
-        if not rows:
+        latest = tables.build_rows(tables.health_row, ((run_id, r) for r in rows), refused)
+        if not latest:
             return
         conn = self._w()
         with _tx(conn):
-            conn.executemany(tables.INSERT_HEALTH, [tables.health_row(run_id, r) for r in rows])
+            conn.executemany(tables.INSERT_HEALTH, latest)
             if history:
                 conn.executemany(
-                    tables.INSERT_HISTORY, [tables.history_row(run_id, r) for r in rows]
+                    tables.INSERT_HISTORY,
+                    tables.build_rows(
+                        tables.history_row, ((run_id, r) for r in rows), tables.Refused()
+                    ),
                 )
             conn.execute("UPDATE runs SET updated = ? WHERE id = ?", (time.time(), run_id))
 
@@ -203,12 +229,18 @@ class RunStore:
         """Append one event (a worker died, a restart, a checkpoint, a NaN loss, ...)."""
         self.add_events(run_id, [RunEvent(at or time.time(), kind, rank, message, data)])
 
-    def add_events(self, run_id: int, rows: Iterable[RunEvent | Mapping[str, Any]]) -> None:
+    def add_events(
+        self,
+        run_id: int,
+        rows: Iterable[RunEvent | Mapping[str, Any]],
+        refused: tables.Refused | None = None,
+    ) -> None:
         """Append events (``RunEvent``, or dicts with its fields)."""
-        data = [
-            tables.event_row(run_id, r if isinstance(r, RunEvent) else tables.event_from_dict(r))
-            for r in rows
-        ]
+        data = tables.build_rows(
+            tables.event_row,
+            ((run_id, r if isinstance(r, RunEvent) else tables.event_from_dict(r)) for r in rows),
+            refused,
+        )
         if data:
             conn = self._w()
             with _tx(conn):
@@ -229,12 +261,16 @@ class RunStore:
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
     # -- readers ------------------------------------------------------------------------------
-    def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+    def _read(self, sql: str, args: tuple = (), plain: bool = False) -> list:
+        """The rows of a query (``plain``: as tuples, not ``sqlite3.Row``)."""
         conn = self._conn(create=False)
         if conn is None:
             return []
         try:
-            return conn.execute(sql, args).fetchall()
+            cur = conn.cursor()
+            if plain:
+                cur.row_factory = None
+            return cur.execute(sql, args).fetchall()
         except sqlite3.OperationalError as e:
             if "no such table" in str(e):  # a file another process is still creating
                 return []
@@ -258,7 +294,21 @@ class RunStore:
             " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
             (int(run_id), int(since_id), -1 if limit is None else int(limit)),
         )
-        return _with_json(rows, "extra")
+        return tables.decoded(rows, "extra")
+
+    def metric_points(self, run_id: int, since_id: int = 0, limit: int = 5000) -> list[tuple]:
+        """A page of a run's metric rows after ``since_id`` as plain tuples ``(id, rank, step,
+        loss, extra)`` (``extra``: JSON text or None), oldest first: what a curve is folded
+        from. Lighter than ``metrics``: a page of tuples of plain values is nothing for the
+        garbage collector to keep walking, so folding a long run in the Jupyter server does not
+        set off a full collection of the server's heap (a pause of its event loop) every few
+        pages."""
+        return self._read(
+            "SELECT id, rank, step, loss, extra FROM metrics"
+            " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (int(run_id), int(since_id), int(limit)),
+            plain=True,
+        )
 
     def health(self, run_id: int) -> list[dict]:
         """Each rank's latest health (``HEALTH_COLUMNS``), by rank."""
@@ -279,23 +329,29 @@ class RunStore:
         )
         return [{k: r[k] for k in r.keys() if k != "run_id"} for r in rows]
 
-    def events(self, run_id: int) -> list[dict]:
-        """A run's events, oldest first: ``id`` and ``EVENT_COLUMNS``."""
+    def events(self, run_id: int, since_id: int = 0, limit: int | None = None) -> list[dict]:
+        """A run's events after ``since_id``, oldest first: ``id`` and ``EVENT_COLUMNS``; at
+        most ``limit`` of them (a page), if given."""
         rows = self._read(
-            f"SELECT id, {', '.join(EVENT_COLUMNS)} FROM events WHERE run_id = ? ORDER BY id",
-            (int(run_id),),
+            f"SELECT id, {', '.join(EVENT_COLUMNS)} FROM events"
+            " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (int(run_id), int(since_id), -1 if limit is None else int(limit)),
         )
-        return _with_json(rows, "data")
+        return tables.decoded(rows, "data")
 
+    def latest_events(self, run_id: int, limit: int) -> list[dict]:
+        """A run's latest ``limit`` events, oldest first."""
+        rows = self._read(
+            f"SELECT * FROM (SELECT id, {', '.join(EVENT_COLUMNS)} FROM events"
+            " WHERE run_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id",
+            (int(run_id), int(limit)),
+        )
+        return tables.decoded(rows, "data")
 
-def _with_json(rows: list[sqlite3.Row], column: str) -> list[dict]:
-    """The rows as dicts, ``column`` (stored as JSON text) decoded; empty: ``{}``."""
-    out = []
-    for r in rows:
-        row = dict(r)
-        row[column] = json.loads(row[column]) if row[column] else {}
-        out.append(row)
-    return out
+    def count_events(self, run_id: int) -> int:
+        """How many events a run has."""
+        rows = self._read("SELECT COUNT(*) FROM events WHERE run_id = ?", (int(run_id),))
+        return int(rows[0][0]) if rows else 0
 
 
 class _tx:
@@ -329,21 +385,8 @@ def _run(r: sqlite3.Row, full: bool = False) -> dict:
         out["status"] = "lost"
     out["options"] = json.loads(r["options"] or "{}")
     failures = json.loads(r["failures"] or "[]")
-    out["error"] = _error_line(failures)
+    out["error"] = tables.error_line(failures)
     if full:
         out.update({f: r[f] for f in RUN_DETAIL_FIELDS})
         out["failures"] = failures
     return out
-
-
-def _error_line(failures: list[dict]) -> str:
-    """The failure that caused the others (or the first), as "rank 1: KeyError: 'b'"."""
-    try:
-        found = [RankFailure(f["rank"], str(f["summary"]), kind=str(f["kind"])) for f in failures]
-    except (KeyError, TypeError):
-        return ""
-    cause = next((f for f in found if not f.bystander), found[0] if found else None)
-    if cause is None:
-        return ""
-    first = (cause.summary.splitlines() or [""])[0]
-    return f"rank {cause.rank}: {first[:300]}"

@@ -1,17 +1,23 @@
-"""The run store's tables, and the typed records (``events``) as the rows that go in.
+"""The run store's tables, the typed records (``events``) as the rows that go in, and rows out.
 
 The column lists come from the records: a metric row is ``events.METRIC_COLUMNS`` (plus the
 ``nonfinite`` name of a loss that is not a number), a health row ``events.HEALTH_COLUMNS``, an
 event row ``events.EVENT_COLUMNS``. ``tests/unit/test_schema.py`` checks that the tables below have
 exactly these columns. Values are stored JSON-safe: a NaN or infinite number is never written.
+Numbers are checked where they enter (the row builders below): a measure or a rate that is not a
+finite number is stored as NULL; a row whose time is not a finite number, or whose step or rank
+does not fit SQLite's 64-bit integers, is refused with a ``BadValue`` that says which.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import operator
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..errors import RankFailure
 from .events import (
     EVENT_COLUMNS,
     HEALTH_COLUMNS,
@@ -119,9 +125,54 @@ def _insert(table: str, columns: tuple[str, ...], verb: str = "INSERT") -> str:
 
 
 INSERT_METRIC = _insert("metrics", (*METRIC_COLUMNS, "nonfinite"))
+_metric_values = operator.itemgetter(*METRIC_COLUMNS)
 INSERT_HEALTH = _insert("health", HEALTH_COLUMNS, "INSERT OR REPLACE")
 INSERT_HISTORY = _insert("health_samples", HISTORY_COLUMNS)
 INSERT_EVENT = _insert("events", EVENT_COLUMNS)
+
+
+#: SQLite's INTEGER: a signed 64-bit number.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
+
+class BadValue(ValueError):
+    """A value the store cannot keep: the record that holds it is refused, with this line."""
+
+
+class Refused:
+    """Records left out because the store cannot keep them: how many, and the first reason."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first = ""
+
+    def add(self, reason: BadValue | str, count: int = 1) -> None:
+        self.count += count
+        self.first = self.first or str(reason)
+
+    def merge(self, other: Refused) -> None:
+        if other.count:
+            self.add(other.first, other.count)
+
+
+def build_rows(
+    build: Callable[..., tuple], items: Iterable[tuple], refused: Refused | None
+) -> list[tuple]:
+    """``build(*item)`` for each item. An item it refuses (``BadValue``) raises, or, given
+    ``refused``, is left out and counted there: one bad record costs only itself."""
+    items = list(items)
+    try:
+        return [build(*item) for item in items]
+    except BadValue:
+        if refused is None:
+            raise
+    out = []
+    for item in items:
+        try:
+            out.append(build(*item))
+        except BadValue as e:
+            refused.add(e)
+    return out
 
 
 # -- values ---------------------------------------------------------------------------------------
@@ -129,7 +180,10 @@ def split_loss(loss: Any) -> tuple[float | None, str | None]:
     """A loss as (finite value or None, ``nan``/``inf``/``-inf`` or None)."""
     if loss is None:
         return None, None
-    loss = float(loss)
+    try:
+        loss = float(loss)
+    except OverflowError:  # an integer past any float: infinite, as far as a loss goes
+        loss = math.inf if loss > 0 else -math.inf
     if math.isnan(loss):
         return None, "nan"
     if math.isinf(loss):
@@ -157,23 +211,81 @@ def to_json(value: Any) -> str:
         return json.dumps(json_safe(value), default=repr, allow_nan=False)
 
 
-def _finite_or_none(v: Any) -> Any:
-    return v if v is None or (isinstance(v, (int, float)) and math.isfinite(v)) else None
+def real(v: Any) -> float | None:
+    """``v`` as a finite float for a REAL column; None for None, NaN, infinity, or what is not a
+    number (a measure or a rate that cannot be drawn is unknown, not a point at infinity)."""
+    if type(v) is float:  # the common case, at once (inf - inf and nan - nan are nan)
+        return v if v - v == 0.0 else None
+    if v is None or isinstance(v, (bool, str, bytes)):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def whole(v: Any) -> int | None:
+    """``v`` as an int that SQLite's INTEGER holds; None for None, or a number it cannot hold."""
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, float):
+        if not v.is_integer():
+            return None
+        v = int(v)
+    try:
+        i = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return i if INT_MIN <= i <= INT_MAX else None
+
+
+def _time(v: Any, what: str) -> float:
+    """A row's time (seconds since the epoch), which must be a finite number."""
+    if type(v) is float and v - v == 0.0:
+        return v
+    t = real(v)
+    if t is None:
+        raise BadValue(f"{what}'s time {_short(v)} is not a finite number")
+    return t
+
+
+def _int(v: Any, name: str, what: str) -> int | None:
+    """A row's ``name`` (a step, a rank), which must be None or fit SQLite's 64-bit INTEGER."""
+    if v is None or (type(v) is int and INT_MIN <= v <= INT_MAX):
+        return v
+    i = whole(v)
+    if i is None or i != v:
+        raise BadValue(f"{what}'s {name} {_short(v)} is not a whole number from -2**63 to 2**63-1")
+    return i
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 # -- rows -----------------------------------------------------------------------------------------
 def metric_row(run_id: int, rank: int, rec: MetricRecord) -> tuple:
     """``rec`` from ``rank`` as values for ``INSERT_METRIC``."""
     loss, nonfinite = split_loss(rec.loss)
+    t, step, samples = rec.time, rec.step, rec.samples
+    # the checks' common cases inline: this runs for every record of a run
+    if not (type(t) is float and t - t == 0.0):
+        t = _time(t, "a metric record")
+    if not (type(step) is int and INT_MIN <= step <= INT_MAX):
+        step = _int(step, "step", "a metric record")
+    if not (type(rank) is int and INT_MIN <= rank <= INT_MAX):
+        rank = _int(rank, "rank", "a metric record")
     values = {
-        "time": rec.time,
+        "time": t,
         "rank": rank,
-        "step": rec.step,
+        "step": step,
         "loss": loss,
-        "samples": rec.samples,
+        "samples": real(samples),
         "extra": to_json(rec.extra) if rec.extra else None,
     }
-    return (run_id, *(values[c] for c in METRIC_COLUMNS), nonfinite)
+    return (run_id, *_metric_values(values), nonfinite)
 
 
 def metric_from_dict(row: dict[str, Any]) -> tuple[int, MetricRecord]:
@@ -183,8 +295,13 @@ def metric_from_dict(row: dict[str, Any]) -> tuple[int, MetricRecord]:
 
 def _health_values(h: WorkerHealth) -> dict[str, Any]:
     """``h``'s columns, stored safely: text never NULL, non-finite measures as NULL."""
-    out = {c: _finite_or_none(getattr(h, c)) for c in HEALTH_COLUMNS}
-    out.update(rank=h.rank, time=h.time, host=str(h.host or ""), state=str(h.state or "ok"))
+    out = {c: real(getattr(h, c)) for c in HEALTH_COLUMNS}
+    out.update(
+        rank=_int(h.rank, "rank", "a health sample"),
+        time=_time(h.time, "a health sample"),
+        host=str(h.host or ""),
+        state=str(h.state or "ok"),
+    )
     return out
 
 
@@ -209,5 +326,35 @@ def event_from_dict(row: dict[str, Any]) -> RunEvent:
 
 def event_row(run_id: int, e: RunEvent) -> tuple:
     """``e`` as values for ``INSERT_EVENT``: the message as text, the data as JSON."""
-    values = e._replace(message=str(e.message or ""), data=to_json(e.data) if e.data else None)
+    values = e._replace(
+        time=_time(e.time, "an event"),
+        kind=str(e.kind),
+        rank=_int(e.rank, "rank", "an event"),
+        message=str(e.message or ""),
+        data=to_json(e.data) if e.data else None,
+    )
     return (run_id, *values)
+
+
+# -- rows out ------------------------------------------------------------------------------------
+def decoded(rows: list, column: str) -> list[dict]:
+    """The rows as dicts, ``column`` (stored as JSON text) decoded; empty: ``{}``."""
+    out = []
+    for r in rows:
+        row = dict(r)
+        row[column] = json.loads(row[column]) if row[column] else {}
+        out.append(row)
+    return out
+
+
+def error_line(failures: list[dict]) -> str:
+    """The failure that caused the others (or the first), as "rank 1: KeyError: 'b'"."""
+    try:
+        found = [RankFailure(f["rank"], str(f["summary"]), kind=str(f["kind"])) for f in failures]
+    except (KeyError, TypeError):
+        return ""
+    cause = next((f for f in found if not f.bystander), found[0] if found else None)
+    if cause is None:
+        return ""
+    first = (cause.summary.splitlines() or [""])[0]
+    return f"rank {cause.rank}: {first[:300]}"

@@ -294,6 +294,7 @@ def report(
         or type(samples) not in _NUMBER_OR_NONE
         or type(total) not in _INT_OR_NONE
         or (total is not None and total < 1)
+        or (step is not None and not -_STEP_MAX <= step <= _STEP_MAX)
         or metrics
     ):
         _check(step, samples, total, metrics)
@@ -310,6 +311,7 @@ _now = time.time
 _step_hook: Any = None  # called at every report() while a profiled cell counts steps
 _append = _reporter.queue.append  # the deque lives as long as the engine (cleared, not replaced)
 _INT_OR_NONE = frozenset({int, type(None)})
+_STEP_MAX = 2**63 - 1  # what the run store (SQLite's INTEGER) holds
 _NUMBER_OR_NONE = frozenset({int, float, type(None)})
 
 
@@ -317,6 +319,8 @@ def _check(step: Any, samples: Any, total: Any, metrics: dict) -> None:
     """report()'s arguments off the fast path: the one-line error for what is wrong."""
     if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
         raise UsageError(f"nbdist.report: step must be a whole number, not {step!r}")
+    if step is not None and not -_STEP_MAX <= step <= _STEP_MAX:
+        raise UsageError(f"nbdist.report: step {step} is too large to record: keep it below 2**63")
     if samples is not None and (not isinstance(samples, Real) or isinstance(samples, bool)):
         raise UsageError(f"nbdist.report: samples must be a number, not {samples!r}")
     if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 1):

@@ -143,13 +143,18 @@ async def test_run_detail_metrics_health_events(jp_fetch, store):
     _, data = await fetch_json(jp_fetch, "runs", rid, "metrics", params={"since_id": since})
     assert [m["step"] for m in data["metrics"]] == [3, 4]
     _, data = await fetch_json(jp_fetch, "runs", rid, "metrics", params={"since_id": 10**9})
-    assert data == {"metrics": [], "last_id": 10**9}
+    assert data == {"metrics": [], "last_id": 10**9, "next": None}
     _, data = await fetch_json(jp_fetch, "runs", rid, "metrics", params={"limit": 2})
     assert [m["step"] for m in data["metrics"]] == [0, 1]  # a page; the next after last_id
+    assert data["next"] == data["last_id"]
     _, data = await fetch_json(
-        jp_fetch, "runs", rid, "metrics", params={"since_id": data["last_id"], "limit": 2}
+        jp_fetch, "runs", rid, "metrics", params={"since_id": data["next"], "limit": 2}
     )
-    assert [m["step"] for m in data["metrics"]] == [2, 3]
+    assert [m["step"] for m in data["metrics"]] == [2, 3] and data["next"] is not None
+    _, data = await fetch_json(
+        jp_fetch, "runs", rid, "metrics", params={"since_id": data["next"], "limit": 2}
+    )
+    assert [m["step"] for m in data["metrics"]] == [4] and data["next"] is None  # the last page
 
     _, data = await fetch_json(jp_fetch, "runs", rid, "health")
     assert [(w["rank"], w["state"], w["host"]) for w in data["workers"]] == [
@@ -159,6 +164,7 @@ async def test_run_detail_metrics_health_events(jp_fetch, store):
 
     _, data = await fetch_json(jp_fetch, "runs", rid, "events")
     assert [(e["kind"], e["rank"]) for e in data["events"]] == [("died", 1)]
+    assert data["total"] == 1 and data["next"] is None
 
 
 async def test_store_reads_leave_the_server_free(jp_fetch, store, monkeypatch):

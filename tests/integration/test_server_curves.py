@@ -111,14 +111,14 @@ async def test_a_live_run_is_read_once_in_pages_then_only_its_new_rows(
     series = _series(jp_serverapp)
     monkeypatch.setattr(series, "page", 1000)
     reads: list[tuple[int, int | None]] = []
-    real = RunStore.metrics
+    real = RunStore.metric_points
 
-    def counting(self, run_id, since_id=0, limit=None):
+    def counting(self, run_id, since_id=0, limit=5000):
         rows = real(self, run_id, since_id, limit)
         reads.append((since_id, limit, len(rows)))
         return rows
 
-    monkeypatch.setattr(RunStore, "metrics", counting)
+    monkeypatch.setattr(RunStore, "metric_points", counting)
     s = RunStore()
     rid = s.start_run(world_size=2)
     s.add_metrics(rid, _rows(range(2500)))
