@@ -38,6 +38,7 @@ BENCHMARKS = (
     "bench_sweep",
     "bench_debug",
     "bench_server",
+    "bench_memory",
 )
 
 _FIELDS = {f.name for f in dataclasses.fields(Result)}

@@ -10,6 +10,7 @@ it before submitting (``notebook.cluster.engines.remote.slurm.precheck``).
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,8 @@ def _check_launcher(
         raise UsageError(f"hosts are for the ssh launcher; {launcher} finds its own")
     if not isinstance(launcher_options, dict):
         raise UsageError("launcher options must be a table of KEY = value")
+    for key, value in launcher_options.items():
+        check_launcher_option(key, value)
     scheduler = {"partition": partition, "time": time, "gpus_per_node": gpus_per_node}
     given = [name for name, value in scheduler.items() if value is not None]
     if given and launcher != "slurm":
@@ -77,7 +80,45 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _control(text: str) -> bool:
-    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+    """Whether ``text`` holds a control character or a line break of any kind (a newline, a
+    carriage return, NUL, an escape, U+2028...): written into a batch script or a command line,
+    one would start a line, or a command, of its own."""
+    return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
+
+
+def check_text(value: Any, what: str) -> None:
+    """Refuse, in one line naming ``what``, a control character anywhere in ``value`` (a
+    string, or the strings in a list or table of them): every such value reaches a batch
+    script or a command line."""
+    if isinstance(value, str):
+        if _control(value):
+            raise UsageError(
+                f"{what} {value!r:.80} holds a control character (a newline, a tab...): "
+                "write it on one line, without them"
+            )
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_text(k, f"{what}: the key")
+            check_text(v, f"{what}: {k}" if isinstance(k, str) else what)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for v in value:
+            check_text(v, what)
+
+
+#: Launcher options that are scripts themselves: lines are what they are made of.
+MULTILINE_OPTIONS = frozenset({"batch_template"})
+
+
+def check_launcher_option(key: Any, value: Any) -> None:
+    """One launcher option, as given or as converted for the launcher: a name, and a value
+    with no control character (a newline would become a line of the batch script); only a
+    whole batch template may hold lines (and tabs)."""
+    if not isinstance(key, str) or not key.isidentifier():
+        raise UsageError(f"launcher option {key!r:.80}: option names are words, like account")
+    if key in MULTILINE_OPTIONS and isinstance(value, str):
+        check_text(value.replace("\n", "").replace("\t", ""), f"launcher option {key}")
+    else:
+        check_text(value, f"launcher option {key}")
 
 
 @dataclass(frozen=True)
@@ -131,6 +172,7 @@ class HostSpec:
             raise UsageError(
                 f'host {self.name}: ssh_options must be a list of strings, like ["-i", "key"]'
             )
+        check_text(opts, f"host {self.name}: ssh option")
         set_(self, "ssh_options", tuple(opts))
         env = self.environment
         if not isinstance(env, dict) or not all(
@@ -140,6 +182,7 @@ class HostSpec:
                 f'host {self.name}: environment must be a table of NAME = "value" (NAME: '
                 "letters, digits and _)"
             )
+        check_text(env, f"host {self.name}: environment")
 
     @property
     def location(self) -> str:

@@ -20,7 +20,7 @@ from ..errors import UsageError
 from ..protocol import PipelineRole, PostMortem, Program
 from ..worker import api
 from .cluster import attach as attaching
-from .cluster import hosts, placement
+from .cluster import fanout, hosts, placement
 from .cluster.ranks import Ranks
 from .cluster.transfer import EngineValue, unpack
 from .debug import postmortem
@@ -30,6 +30,8 @@ from .run import controller, programs
 from .run.observers import RunObserver
 
 _current: Cluster | None = None
+#: Seconds a pull may take (a large value pickled, sent and unpickled) before it is given up.
+PULL_TIMEOUT = 600.0
 
 
 class Cluster(Ranks):
@@ -82,7 +84,9 @@ class Cluster(Ranks):
         if not isinstance(name, str) or not name.isidentifier():
             raise UsageError(f"{name!r} is not a variable name: use letters, digits and _")
         rank = config.whole(rank, "rank", 0, len(self.slots) - 1)
-        packed = self.client[self.slots[rank].engine_id].apply_sync(api.fetch, name)
+        got = fanout.on_ranks(self, api.fetch, name, ranks=[rank], timeout=PULL_TIMEOUT)
+        got.check(f"pull of {name!r}", UsageError)
+        packed = got.values[rank]
         if packed is None:
             raise UsageError(f"name {name!r} is not defined on rank {rank}")
         value = unpack(packed)
@@ -96,7 +100,7 @@ class Cluster(Ranks):
     def status(self) -> list[dict]:
         """One row per rank: rank, host, pid, device, its GPU (name, memory), state, and its
         pipeline stage and replica when its latest cell built a pipeline."""
-        alive = set(self.client.ids) if self.client else set()
+        lost = fanout.lost(self) if self.client else {s.rank: "" for s in self.slots}
         return [
             {
                 "rank": s.rank,
@@ -105,7 +109,7 @@ class Cluster(Ranks):
                 "pid": s.pid,
                 "device": s.device,
                 "gpu": placement.gpu_label(self.inventory.get(s.engine_id), s.device),
-                "state": "ready" if s.engine_id in alive else "lost",
+                "state": "lost" if s.rank in lost else "ready",
                 **_role_columns(self.roles.get(s.rank)),
             }
             for s in self.slots

@@ -106,7 +106,11 @@ def _shipped(path: Path) -> list[tuple[int, str]]:
             fn = args[0]
         elif name in ("submit", "call") and len(args) >= 3 and _is(node.func.value, "fanout"):
             fn = args[2]
-        elif name == "submit_each" and len(args) >= 2 and _is(node.func.value, "fanout"):
+        elif (
+            name in ("submit_each", "on_ranks")
+            and len(args) >= 2
+            and _is(node.func.value, "fanout")
+        ):
             fn = args[1]
         else:
             continue

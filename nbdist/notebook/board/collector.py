@@ -32,6 +32,8 @@ from ...telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
 from ...telemetry.series import RunSeries, metric_values
 
 _MAX_POINTS = 2000  # points kept per curve (min/max decimated: see telemetry/curves.py)
+LOG_LINE = 500  # characters of a rank's output line shown on the board
+LOG_SCAN = 1_000_000  # characters from the end of a rank's output looked at for its last lines
 _RATE_WINDOW = 5.0  # seconds of records behind samples/s and the ETA
 
 
@@ -66,8 +68,7 @@ class RankState:
     nonfinite: str | None = None  # "nan" / "inf" once a non-finite loss was seen
     progress: deque = field(default_factory=lambda: deque(maxlen=64))  # (engine time, step)
     log: deque = field(default_factory=lambda: deque(maxlen=5))
-    _partial: str = ""
-    _seen: str = ""  # the rank's stdout as last read
+    _seen: tuple = (0, "")  # the rank's stdout as last read: its length and its end
     _last_step_at: tuple | None = None  # (engine time, step) of the previous record
 
 
@@ -234,12 +235,15 @@ class Collector:
         self.series.add(st.rank, step, metric_values(loss, extra))
 
     def _read_log(self, st: RankState, text: str) -> None:
-        if text is st._seen:
+        """The rank's last complete lines, read from the end of its output: nothing of the
+        output is kept but those lines, each at most about ``LOG_LINE`` characters, however
+        much the rank prints (the text itself is ipyparallel's, and goes with the cell)."""
+        seen = (len(text), text[-64:])
+        if seen == st._seen or not st.log.maxlen:
             return
-        new, st._seen = arrived(st._seen, text), text
-        lines = (st._partial + new).split("\n")
-        st._partial = lines.pop()
-        st.log.extend(shown(line) for line in lines[-st.log.maxlen :])
+        st._seen = seen
+        st.log.clear()
+        st.log.extend(last_lines(text, st.log.maxlen, LOG_LINE))
 
     def _event(
         self, kind: str, rank: int | None, message: str, data: dict, at: float | None = None
@@ -322,6 +326,29 @@ def ending(rank: int, out: CellOutcome) -> tuple[str, str | None]:
     if out.kind in ("interrupted", "timeout") or RankFailure(rank, out.summary).bystander:
         return ev.STOPPED, None
     return ev.FAILED, out.summary or None
+
+
+def last_lines(text: str, n: int, limit: int, scan: int = LOG_SCAN) -> list[str]:
+    """The last ``n`` complete lines of ``text`` as they show (``shown``), each clipped to
+    about ``limit`` characters; found from the end, looking back at most ``scan`` characters
+    (a line begun before that shows its end), and copying only what is kept."""
+    out: list[str] = []
+    end = text.rfind("\n")
+    floor = max(0, end - scan)
+    while end >= 0 and len(out) < n:
+        i = text.rfind("\n", floor, end)
+        start = i + 1 if i >= 0 else floor
+        if end - start > limit:
+            half = limit // 2
+            cut = f" … ({end - start - 2 * half:,} characters left out) … "
+            line = text[start : start + half] + cut + text[end - half : end]
+        else:
+            line = text[start:end]
+        out.append(shown(line))
+        if i < 0:  # the text's first line, or as far back as we look
+            break
+        end = i
+    return out[::-1]
 
 
 def shown(line: str) -> str:

@@ -36,8 +36,7 @@ def gather(name: str, *, like: str | None = None, ordered: bool = True) -> Any:
     if like is not None:
         checks.check_name(like, "like")
     cluster = session.current()
-    client, targets = cluster.client, scatter.targets(cluster)
-    described = fanout.call(client, targets, api.describe, name, timeout=scatter.CALL_TIMEOUT)
+    described = fanout.on_ranks(cluster, api.describe, name, timeout=scatter.CALL_TIMEOUT)
     described.check("describe on the engines", error=UsageError)
     descs = described.ordered()
     checks.check_joinable(name, descs)
@@ -45,7 +44,7 @@ def gather(name: str, *, like: str | None = None, ordered: bool = True) -> Any:
     total = sum(d.nbytes for d in descs)
     checks.check_local(2 * total, f"gather of {name!r}")
     wait = scatter.SEND_TIMEOUT + total / scatter.SLOWEST_RATE
-    exported = fanout.call(client, targets, api.export, name, timeout=wait)
+    exported = fanout.on_ranks(cluster, api.export, name, timeout=wait)
     exported.check("export on the engines", error=UsageError)
     answers = exported.ordered()
     tags, _, is_tuple = answers[0]

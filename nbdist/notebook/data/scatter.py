@@ -103,7 +103,7 @@ def scatter(
     sizes = shard_sizes(n, world, remainder)
     row_bytes = sum(a.nbytes // n for a in arrays)
     copies = shuffle or strat is not None or remainder == "pad"
-    free = fanout.call(cluster.client, targets(cluster), api.free_memory, timeout=CALL_TIMEOUT)
+    free = fanout.on_ranks(cluster, api.free_memory, timeout=CALL_TIMEOUT)  # a lost rank: here
     free.check("free_memory on the engines", error=UsageError)
     checks.check_memory(
         free.ordered(),
@@ -224,7 +224,7 @@ def _send(
                 client, {rank: eid}, api.receive, token, mine, tags, is_tuple, *parts
             )
             del parts  # the message holds them until sent; then a copy's memory is freed
-        sent = fanout.wait(pending, SEND_TIMEOUT + nbytes / SLOWEST_RATE)
+        sent = fanout.wait(pending, SEND_TIMEOUT + nbytes / SLOWEST_RATE, client)
         if sent.failures:
             raise UsageError(
                 f"{what} failed on {fanout.describe_failures(sent.failures)}; "

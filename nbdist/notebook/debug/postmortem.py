@@ -57,10 +57,7 @@ def post_mortem(cluster: Any, rank: int | None = None) -> PostMortem:
     """The failed rank's frames (``rank``: by default the one that failed first by itself)."""
     rank, _ = pick(cluster, rank)
     got = _answer(
-        rank,
-        fanout.call(
-            cluster.client, _engine(cluster, rank), api.post_mortem, rank, timeout=_TIMEOUT
-        ),
+        rank, fanout.on_ranks(cluster, api.post_mortem, rank, ranks=[rank], timeout=_TIMEOUT)
     )
     if got is None:
         raise UsageError(f"rank {rank} keeps no failed cell: a cell ran there since")
@@ -82,8 +79,7 @@ def debug(
         f"nbdist: post-mortem of rank {rank} ({failure.summary}); commands run on its engine, "
         "in the frame: p EXPR, l, u, d, w, a; q leaves"
     )
-    engine = _engine(cluster, rank)
-    reply = _answer(rank, fanout.call(cluster.client, engine, api.debug, None, timeout=_TIMEOUT))
+    reply = _answer(rank, fanout.on_ranks(cluster, api.debug, None, ranks=[rank], timeout=_TIMEOUT))
     while True:
         if reply.output:
             say(reply.output.rstrip("\n"))
@@ -93,12 +89,8 @@ def debug(
             line = ask(f"(Pdb rank {rank}) ")
         except (EOFError, KeyboardInterrupt):
             line = "q"
-        got = fanout.call(cluster.client, engine, api.debug, line, timeout=_TIMEOUT)
+        got = fanout.on_ranks(cluster, api.debug, line, ranks=[rank], timeout=_TIMEOUT)
         reply = _answer(rank, got)
-
-
-def _engine(cluster: Any, rank: int) -> dict[int, int]:
-    return {rank: cluster.slots[rank].engine_id}
 
 
 def _answer(rank: int, got: fanout.Results) -> Any:

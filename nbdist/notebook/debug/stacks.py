@@ -59,14 +59,11 @@ def collect(
 
 def between_cells(cluster: Any, timeout: float = 5.0) -> dict[int, RankStacks | str]:
     """Every rank's stacks, asked of its engine (``%nbdist stacks``); a busy engine is read
-    from outside where it can be."""
-    slots = {s.rank: s for s in cluster.slots}
-    got = fanout.call(
-        cluster.client, {r: s.engine_id for r, s in slots.items()}, api.stacks, timeout=timeout
-    )
+    from outside where it can be, and a lost one is said to be."""
+    got = fanout.on_ranks(cluster, api.stacks, timeout=timeout)
     out: dict[int, RankStacks | str] = dict(got.values)
-    for r in got.failures:
-        out[r] = from_outside(cluster.engines, r, slots[r].pid)
+    for r, why in got.failures.items():  # a lost engine: what happened to it, in one line
+        out[r] = why if r in got.lost else from_outside(cluster.engines, r, cluster.slots[r].pid)
     return out
 
 

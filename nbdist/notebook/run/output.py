@@ -10,6 +10,12 @@ own (``batch 10`` then ``WARNING: ...`` are two lines, not ``batch 10WARNING: ..
 
 A line reads as a terminal would leave it: ``\\r\\n`` ends it, and what shows is the last
 non-empty stretch after a ``\\r`` (tqdm pads each redraw to the width of the last).
+
+What a rank prints is bounded in the kernel and under the cell, however long the cell runs: a
+line over ``LINE_LIMIT`` characters keeps its start and its end, with a note of how many were
+left out between; past ``SHOWN_LIMIT`` characters printed, a rank's further lines are held
+back, only the last ``TAIL_LIMIT`` characters of them kept, and shown when the cell ends after
+one line that says how many were left out.
 """
 
 from __future__ import annotations
@@ -17,13 +23,54 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..board.collector import shown
 
 LIVE_EVERY = 0.25  # seconds between updates of a line rewritten in place
+LINE_LIMIT = 10_000  # characters of one line shown: its start and end, the middle counted
+SHOWN_LIMIT = 1_000_000  # characters of a rank's lines printed under a cell as they come
+TAIL_LIMIT = 100_000  # ...and of the last lines held back past that, shown when it ends
 _CRLF = re.compile(r"\r+\n")
+#: Where a line still being written had its middle left out, and how many characters: private
+#: use characters, which no \r or \n split (``squeeze``).
+_CUT = re.compile("\ue000(\\d+)\ue000")
+
+
+def squeeze(text: str, keep: int = LINE_LIMIT // 2, slack: int = LINE_LIMIT // 2) -> str:
+    """A line bounded: past ``2 * keep + slack`` characters its middle goes, its start (up to
+    where an earlier squeeze cut it) and its last ``keep`` characters stay, and a marker counts
+    what went (``unsqueezed`` writes it as a note). ``slack`` spares a line still being written
+    a squeeze at every write."""
+    if len(text) <= 2 * keep + slack:
+        return text
+    m = _CUT.search(text)
+    if m is None:
+        head, dropped, rest = text[:keep], 0, text[keep:]
+    else:  # the marker stands at most ``keep`` characters in: the head is what precedes it
+        head, dropped, rest = text[: m.start()], int(m.group(1)), text[m.end() :]
+    dropped += max(0, len(rest) - keep)
+    return f"{head}\ue000{dropped}\ue000{rest[-keep:]}" if dropped else text
+
+
+def unsqueezed(line: str) -> str:
+    """A line as shown: at most ``LINE_LIMIT`` characters of it, its start and its end, with a
+    note of how many were left out between."""
+    return _CUT.sub(_note, squeeze(line, slack=0))
+
+
+def _note(m: re.Match) -> str:
+    return f" … ({int(m.group(1)):,} characters left out) … "
+
+
+def _collapse(partial: str) -> str:
+    """A line in progress without the redraws before its last one (what shows is the same):
+    a bar redrawn for hours stays one redraw long."""
+    body = partial.rstrip("\r")
+    i = body.rfind("\r")
+    return partial if i <= 0 else body[i:] + partial[len(body) :]
 
 
 class StreamLines:
@@ -50,16 +97,16 @@ class StreamLines:
             self.partial, self.live = "", None
         was_live = self.live is not None
         lines = _CRLF.sub("\n", self.partial + text).split("\n")
-        self.partial = lines.pop()
+        self.partial = squeeze(_collapse(lines.pop()))
         for i, line in enumerate(lines):
-            done.append((shown(line), was_live and i == 0))
+            done.append((unsqueezed(shown(line)), was_live and i == 0))
         if lines:
             was_live = False
         if final and self.partial:
-            done.append((shown(self.partial), was_live or "\r" in self.partial))
+            done.append((unsqueezed(shown(self.partial)), was_live or "\r" in self.partial))
             self.partial = ""
         if "\r" in self.partial:
-            self.live = shown(self.partial) or self.live
+            self.live = unsqueezed(shown(self.partial)) or self.live
         else:
             self.live = None
         return done
@@ -89,6 +136,11 @@ class RankOutput:
         self._displays: dict[str, Any] = {}  # stream -> the display of its rewritten line
         self._shown: dict[str, str] = {}  # stream -> the text that display shows
         self._due: dict[str, float] = {}
+        self.printed = 0  # characters of lines printed (up to SHOWN_LIMIT)
+        self.held: deque[tuple[str, str]] = deque()  # (stream, line) past it: the last ones
+        self.held_chars = 0
+        self.left_out = [0, 0]  # lines, characters held back and dropped: the middle
+        self._holding = False
 
     def write(self, name: str, text: str, final: bool = False) -> None:
         """What the rank wrote to stream ``name`` since the last call (``final``: the last)."""
@@ -99,11 +151,57 @@ class RankOutput:
                 del self._displays[name], self._shown[name]
             else:  # a plain line, or a rewritten one that ended before it was shown
                 printed.append(line)
-        if printed:
-            out = self.targets[name]
-            out.write("".join(f"{self.prefix}{line}\n" for line in printed))
-            out.flush()
+        self._print(name, printed)
+        if final:
+            self._release()
         self.flush(name, force=final)
+
+    def _print(self, name: str, lines: list[str]) -> None:
+        """Print ``lines`` while the rank's output is under ``SHOWN_LIMIT``; hold back the
+        rest, only the last ``TAIL_LIMIT`` characters of it kept."""
+        now = []
+        for line in lines:
+            size = len(line) + 1
+            if not self._holding and self.printed + size <= SHOWN_LIMIT:
+                self.printed += size
+                now.append(line)
+                continue
+            if not self._holding:
+                self._holding = True
+                now.append(
+                    f"nbdist: this rank printed over {SHOWN_LIMIT:,} characters; the rest is "
+                    "held back, and its last lines are shown when the cell ends"
+                )
+            self.held.append((name, line))
+            self.held_chars += size
+            while self.held_chars > TAIL_LIMIT and len(self.held) > 1:
+                _, gone = self.held.popleft()
+                self.held_chars -= len(gone) + 1
+                self.left_out[0] += 1
+                self.left_out[1] += len(gone) + 1
+        self._emit(name, now)
+
+    def _release(self) -> None:
+        """The end of the cell: the lines held back, after a line saying what was left out."""
+        if not self.held:
+            return
+        lines, chars = self.left_out
+        if lines:
+            left = f"… ({lines:,} lines, {chars:,} characters, left out) …"
+            self._emit(self.held[0][0], [left])
+        while self.held:
+            name = self.held[0][0]
+            run = []
+            while self.held and self.held[0][0] == name:
+                run.append(self.held.popleft()[1])
+            self._emit(name, run)
+        self.held_chars, self.left_out = 0, [0, 0]
+
+    def _emit(self, name: str, lines: list[str]) -> None:
+        if lines:
+            out = self.targets[name]
+            out.write("".join(f"{self.prefix}{line}\n" for line in lines))
+            out.flush()
 
     def flush(self, name: str | None = None, force: bool = False) -> None:
         """Show the rewritten lines' latest states, at most every ``LIVE_EVERY`` seconds."""

@@ -329,6 +329,8 @@ class CellRun:
             obs.on_poll(self.ranks)
         self.report.seconds = time.monotonic() - self._t0
         self._summarise(self.report, self._timed_out)
+        gone = [rk.ar for rk in self.ranks.values() if rk.outcome.kind in ("died", "hung")]
+        fanout.forget(self.cluster.client, gone)  # no reply will ever free their records
         return self.report
 
     def wait(self) -> CellReport:

@@ -17,7 +17,9 @@ from ...errors import UsageError
 from ...telemetry.store import RunStore
 from ...worker import api
 from .. import session
+from ..cluster import fanout
 from ..cluster.transfer import unpack
+from ..session import PULL_TIMEOUT
 
 _RUNS_READ = 10_000  # the newest runs searched for a sweep's trials
 
@@ -160,8 +162,11 @@ def pull_trial(name: str, trial: int | str = "best") -> Any:
     if table is None:
         raise UsageError("no sweep has run on this cluster: --trial pulls from a sweep's trial")
     row = table.row(trial)
-    eid = cluster.slots[row.ranks[0]].engine_id
-    packed = cluster.client[eid].apply_sync(api.fetch_trial, row.trial, name)
+    got = fanout.on_ranks(
+        cluster, api.fetch_trial, row.trial, name, ranks=[row.ranks[0]], timeout=PULL_TIMEOUT
+    )
+    got.check(f"pull of {name!r} from trial {row.trial}", UsageError)
+    packed = got.values[row.ranks[0]]
     if packed is None:
         raise UsageError(
             f"trial {row.trial} did not bind {name!r}: pull a name its cell assigned (after a "

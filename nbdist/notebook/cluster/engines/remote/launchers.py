@@ -20,6 +20,7 @@ from traitlets import Integer
 
 from .....config import RemoteConfig
 from .....errors import UsageError
+from .....remote_config import check_launcher_option
 from . import slurm
 
 #: Engines of remote hosts: quiet logs, no IPython history database, and gone ~10 s after the
@@ -175,7 +176,9 @@ def scheduler_options(rc: RemoteConfig) -> dict:
 
 def launcher_options(kind: str, options: dict) -> dict:
     """``options`` checked against the options of ipyparallel's ``kind`` engine launcher, and
-    strings (from ``--launcher-opt KEY=VALUE``) converted to the option's type."""
+    strings (from ``--launcher-opt KEY=VALUE``) converted to the option's type; a value that
+    holds a control character once converted is refused (it would start a line of a batch
+    script, or a command)."""
     cls = LAUNCHER_CLASSES[kind]
     traits = cls.class_traits(config=True)
     out = {}
@@ -190,6 +193,7 @@ def launcher_options(kind: str, options: dict) -> dict:
                 value = traits[key].from_string(value)
             except Exception as exc:
                 raise UsageError(f"launcher option {key}={value!r}: {exc}") from None
+        check_launcher_option(key, value)  # as the launcher will write it: still one line
         out[key] = value
     return out
 
