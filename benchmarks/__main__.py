@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 from . import Result, table
 
@@ -145,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help=f"comma-separated subset of {','.join(BENCHMARKS)}")
     p.add_argument("--timeout", type=float, default=None, help="seconds per benchmark "
                    "(default 1200, or 300 with --tiny)")  # fmt: skip
+    p.add_argument("--jobs", type=int, default=1, help="with --tiny: run N benchmarks at once "
+                   "(a smoke run's figures mean nothing anyway)")  # fmt: skip
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.jobs != 1 and not args.tiny or args.jobs < 1:
+        p.error("--jobs N runs benchmarks side by side: only for a --tiny smoke run")
     if args.child:
         return _child(args.child, args.tiny)
     names = [n.replace("-", "_") for n in args.only.split(",") if n]  # slow-link: bench_slow_link
@@ -170,13 +175,18 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     notes: list[str] = []
     ok = True
-    for name in names or BENCHMARKS:
+
+    def timed(name: str) -> tuple[list[Result], list[str], bool]:
         t0 = time.monotonic()
-        got, texts, ran = _isolated(name, args.tiny, timeout)
-        ok &= ran
-        results += got
-        notes += texts
+        done = _isolated(name, args.tiny, timeout)
         print(f"  {name}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        return done
+
+    with ThreadPoolExecutor(args.jobs) as pool:  # one at a time unless a smoke run asks
+        for got, texts, ran in pool.map(timed, names or BENCHMARKS):
+            ok &= ran
+            results += got
+            notes += texts
     print(table(results))
     for text in notes:
         print(text)

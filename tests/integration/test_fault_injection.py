@@ -78,7 +78,7 @@ def test_a_kernel_killed_at_random_moments_loses_nothing(tmp_path):
                     break
                 sent = k.submit(TRAIN)
                 before = sum(_rows(db).values()) if db.exists() else 0
-                target = before + rng.randrange(10, 120)  # the moment: a random row count
+                target = before + rng.randrange(10, 60)  # the moment: a random row count
                 wait_until(
                     lambda t=target: db.exists() and sum(_rows(db).values()) >= t,
                     90,
