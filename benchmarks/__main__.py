@@ -1,7 +1,9 @@
-"""``python -m benchmarks [--tiny] [--only NAME,...]``: run every benchmark, print one table.
+"""``python -m benchmarks [--tiny [--jobs N]] [--only NAME,...]``: run every benchmark, print one
+table.
 
 Each benchmark measures nbdist against its baseline in the same run; the table shows both and
-their ratio. Each runs in a process of its own, with a time limit (``--timeout``). The exit
+their ratio. Each runs in a process of its own, with a time limit (``--timeout``), one at a time
+(``--jobs`` runs a smoke run's side by side: its figures mean nothing anyway). The exit
 status is 1 when a benchmark failed to run (a missed target is not: figures depend on the
 machine).
 """
