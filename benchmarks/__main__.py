@@ -1,5 +1,4 @@
-"""``python -m benchmarks [--tiny [--jobs N]] [--only NAME,...]``: run every benchmark, print one
-table.
+"""``python -m benchmarks [--tiny [--jobs N]] [--only NAME,...]``: every benchmark, one table.
 
 Each benchmark measures nbdist against its baseline in the same run; the table shows both and
 their ratio. Each runs in a process of its own, with a time limit (``--timeout``), one at a time
