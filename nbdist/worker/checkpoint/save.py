@@ -60,7 +60,7 @@ def _folder(dir: Folder, run: str | None) -> Path:
         engine.claimed.add(claim)
         if note:
             print(note)
-            reporter.event("fresh" if "afresh" in note else "resumed", note)
+            reporter.event("fresh", note)  # every note says the run starts afresh
     return folder
 
 
