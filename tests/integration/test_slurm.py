@@ -289,6 +289,24 @@ def test_the_job_line_reads_a_real_job(slurm, in_tmp):
     _queue_empty(slurm)
 
 
+def test_a_requeued_job_is_named_requeued_from_its_first_state_after(slurm, in_tmp):
+    from nbdist.notebook.cluster.engines.remote import slurm as sl
+
+    done = slurm.run("sbatch", "--requeue", "-o", os.devnull, "--wrap=sleep 60")
+    job_id = done.stdout.split()[-1]
+    try:
+        wait_until(lambda: (i := sl.query(job_id)) and i.state == "RUNNING", 20, what="the job")
+        assert sl.query(job_id).restarts == 0
+        slurm.run("scontrol", "requeue", job_id)
+        info = sl.query(job_id)  # COMPLETING, or already PENDING: never "cancelled"
+        assert info.restarts == 1 and info.state in ("COMPLETING", "PENDING", "REQUEUED"), info
+        if info.ended:
+            assert "it was requeued" in info.end_line(), info.end_line()
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    _queue_empty(slurm)
+
+
 # -- pure: the scheduler's words, checked without a scheduler -----------------------------------
 def test_slurm_times_are_checked_and_durations_read_as_squeue_writes_them():
     from nbdist.notebook.cluster.engines.remote import slurm as sl
@@ -310,6 +328,11 @@ def test_slurm_times_are_checked_and_durations_read_as_squeue_writes_them():
     assert info.end_line() == "slurm job 7 ended: TIMEOUT: it reached its time limit (00:10:00)"
     assert sl.JobInfo("7", "PENDING", "Priority", "1:00", "0:00").line() == (
         "slurm job 7: queued (Priority)"
+    )
+    # a job being requeued is COMPLETING first: its restart count tells a requeue from a cancel
+    requeued = sl.JobInfo("7", "COMPLETING", "None", "10:00", "00:05", restarts=1)
+    assert requeued.end_line() == (
+        "slurm job 7 ended: REQUEUED: it was requeued (preempted or its node failed)"
     )
 
 

@@ -126,6 +126,7 @@ class JobInfo:
     time_limit: str  # e.g. 00:10:00, 1-00:00:00, UNLIMITED
     run_time: str  # e.g. 00:00:19
     partition: str = ""
+    restarts: int = 0  # times the job was requeued; it goes up while the job is still COMPLETING
 
     @property
     def ended(self) -> bool:
@@ -154,6 +155,8 @@ class JobInfo:
         """Why the job's engines are gone, in one line naming the job and the reason."""
         why = ENDED.get(self.state, self.state.lower())
         limit, run = seconds(self.time_limit), seconds(self.run_time)
+        if self.state == "COMPLETING" and self.restarts > 0:
+            return dataclasses.replace(self, state="REQUEUED").end_line()  # ending, then queued
         if self.state == "COMPLETING" and limit is not None and run is not None and run >= limit:
             return dataclasses.replace(self, state="TIMEOUT").end_line()  # still ending
         if self.state == "TIMEOUT":
@@ -203,6 +206,7 @@ def query(job_id: str) -> JobInfo | None:
         time_limit=fields.get("TimeLimit", "UNLIMITED"),
         run_time=fields.get("RunTime", "0:00"),
         partition=fields.get("Partition", ""),
+        restarts=int(restarts) if (restarts := fields.get("Restarts", "0")).isdigit() else 0,
     )
 
 
