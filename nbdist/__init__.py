@@ -48,12 +48,14 @@ _PUBLIC = {
     "device": "nbdist.worker.context",
     "prepare": "nbdist.worker.train.prepare",
     "loader": "nbdist.worker.shards",
-    "train_step": "nbdist.worker.train.prepare",
+    "train_step": "nbdist.worker.train.step",
     "report": "nbdist.worker.reporter",
     "checkpoint": "nbdist.worker.checkpoint.save",
     "restore": "nbdist.worker.checkpoint.save",
     "restored": "nbdist.worker.checkpoint.save",
     "pipeline": "nbdist.worker.pipeline.stages",  # a model's stages on ranks, and replicas
+    "mesh": "nbdist.worker.mesh.grid",  # the ranks as a DeviceMesh: dp × tp × pp
+    "materialize": "nbdist.worker.mesh.materialize",  # a meta model, each rank its part
     "steps": "nbdist.worker.checkpoint.steps",
     "trial": "nbdist.worker.trials",  # a sweep's trial: its id and values
     # framework adapters, one line each (see nbdist.worker.integrations)

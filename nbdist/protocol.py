@@ -25,7 +25,14 @@ import signal
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .telemetry.events import Batch, EventRecord, HealthSample, MetricRecord, PipelineRole
+from .telemetry.events import (
+    Batch,
+    EventRecord,
+    HealthSample,
+    MeshCoords,
+    MetricRecord,
+    PipelineRole,
+)
 
 __all__ = [
     "Batch",
@@ -40,6 +47,7 @@ __all__ = [
     "MetricRecord",
     "PackedValue",
     "PipelineRole",
+    "MeshCoords",
     "RankInfo",
     "ShardMeta",
     "SlotRecord",
@@ -213,6 +221,7 @@ class CellOutcome:
     traceback: str = ""  # the user's frames only
     group_formed: bool = False  # the process group still stands on this rank
     pipeline: PipelineRole | None = None  # the rank's stage in its latest nbdist.pipeline
+    mesh: MeshCoords | None = None  # the rank's coordinates in its latest nbdist.mesh
     profile: ProfileResult | None = None  # what torch.profiler saw, when the cell asked
 
     @property

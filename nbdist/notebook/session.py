@@ -98,8 +98,9 @@ class Cluster(Ranks):
         return value
 
     def status(self) -> list[dict]:
-        """One row per rank: rank, host, pid, device, its GPU (name, memory), state, and its
-        pipeline stage and replica when its latest cell built a pipeline."""
+        """One row per rank: rank, host, pid, device, its GPU (name, memory), state, its
+        pipeline stage and replica when its latest cell built a pipeline, and its place in the
+        mesh (``dp 1/2 tp 0/2``) when its latest cell made one (``nbdist.mesh``)."""
         lost = fanout.lost(self) if self.client else {s.rank: "" for s in self.slots}
         return [
             {
@@ -111,6 +112,7 @@ class Cluster(Ranks):
                 "gpu": placement.gpu_label(self.inventory.get(s.engine_id), s.device),
                 "state": "lost" if s.rank in lost else "ready",
                 **_role_columns(self.roles.get(s.rank)),
+                **({"mesh": str(self.meshes[s.rank])} if s.rank in self.meshes else {}),
             }
             for s in self.slots
         ]

@@ -100,6 +100,28 @@ class PipelineRole:
 
 
 @dataclass(frozen=True)
+class MeshCoords:
+    """A rank's place in the device mesh of its latest ``nbdist.mesh``: for each dimension
+    (``pp``, ``dp``, ``tp``, outermost first), its name, size and this rank's coordinate."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    coords: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return " ".join(
+            f"{n} {c}/{s}" for n, c, s in zip(self.names, self.coords, self.sizes, strict=True)
+        )
+
+    def of(self, name: str) -> str | None:
+        """This rank's coordinate along ``name`` as "i/n", or None without that dimension."""
+        if name not in self.names:
+            return None
+        i = self.names.index(name)
+        return f"{self.coords[i]}/{self.sizes[i]}"
+
+
+@dataclass(frozen=True)
 class HealthSample:
     """A rank's health, sampled every half second by the engine's reporter thread."""
 
@@ -116,6 +138,7 @@ class HealthSample:
     reports: int = 0  # report() calls so far in this cell
     pipeline: PipelineRole | None = None  # the rank's stage, when its latest pipeline stepped
     idle_share: float | None = None  # fraction of its last pipeline step the stage waited
+    mesh: MeshCoords | None = None  # the rank's coordinates in its latest nbdist.mesh
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,7 @@ class _Reporter:
             reports=self.reports,
             pipeline=state.engine.pipeline if state.engine.pipeline_idle is not None else None,
             idle_share=state.engine.pipeline_idle,
+            mesh=state.engine.mesh,
         )
 
     def _comm_share(self) -> float | None:

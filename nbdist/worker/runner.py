@@ -145,5 +145,9 @@ def run_cell(req: CellRequest) -> CellOutcome:
         sys.stdout.flush()
         sys.stderr.flush()
     return dataclasses.replace(
-        out, group_formed=rendezvous.is_formed(), pipeline=state.engine.pipeline, profile=profiled
+        out,
+        group_formed=rendezvous.is_formed(),
+        pipeline=state.engine.pipeline,
+        mesh=state.engine.mesh,
+        profile=profiled,
     )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..protocol import PipelineRole, RankInfo, ShardMeta, TrialInfo
+    from ..protocol import MeshCoords, PipelineRole, RankInfo, ShardMeta, TrialInfo
 
 
 @dataclass
@@ -58,6 +58,10 @@ class Engine:
     """What ``train_step`` must know of each prepared model, kept beside it (``training``)."""
     pipeline: PipelineRole | None = None
     """This rank's stage in the latest ``nbdist.pipeline`` (shown by ``%nbdist status``)."""
+    mesh: MeshCoords | None = None
+    """This rank's coordinates in the latest ``nbdist.mesh`` (shown by ``%nbdist status``)."""
+    meshes: dict = field(default_factory=dict)
+    """The device meshes made over the current process group, by shape (``mesh.grid``)."""
     pipeline_idle: float | None = None
     """The share of the latest pipeline step this stage spent waiting (the dashboard's idle)."""
     trial: TrialInfo | None = None

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...config import ClusterConfig
 from ...errors import NbdistError, RankFailure
-from ...protocol import Inventory, PipelineRole, RankInfo
+from ...protocol import Inventory, MeshCoords, PipelineRole, RankInfo
 from ...worker import api
 from . import fanout, placement
 from .engines.base import EngineExit, EngineSet
@@ -38,6 +38,7 @@ class Ranks:
         self.journal = Journal()  # what fresh engines are given again (notebook.run.replay)
         self.exited: dict[int, EngineExit] = {}  # engine deaths by pid (see drain_exits)
         self.roles: dict[int, PipelineRole] = {}  # each rank's stage, from its latest cell
+        self.meshes: dict[int, MeshCoords] = {}  # each rank's place in its latest nbdist.mesh
         # how each rank failed in the latest cell, and the pid of the engine it failed on: a
         # post-mortem looks there (notebook.debug.postmortem)
         self.failed: dict[int, tuple[RankFailure, int]] = {}

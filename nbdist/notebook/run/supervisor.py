@@ -348,8 +348,11 @@ class CellRun:
             out = rk.outcome
             if out.kind not in ("died", "hung"):  # what the rank answered of itself
                 self.cluster.roles.pop(rk.rank, None)
+                self.cluster.meshes.pop(rk.rank, None)
                 if out.pipeline is not None:
                     self.cluster.roles[rk.rank] = out.pipeline
+                if out.mesh is not None:
+                    self.cluster.meshes[rk.rank] = out.mesh
             if not out.group_formed and len(self.ranks) == len(self.cluster.slots):
                 report.group_broken = True
             if out.ok:

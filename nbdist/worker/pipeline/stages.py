@@ -32,8 +32,9 @@ from typing import Any
 from ...errors import UsageError
 from ...protocol import PipelineRole
 from .. import context
+from ..mesh import grid
 from ..state import engine
-from .groups import Layout, average_gradients, layout
+from .groups import Layout, average_gradients, layout, on_mesh
 from .split import cut
 
 SCHEDULES = ("1f1b", "gpipe")
@@ -125,8 +126,10 @@ class Pipeline:
 
     @staticmethod
     def _own(module: Any) -> Any:
-        """``module`` on this rank's device, known to checkpoints as a stage (``holds_stage``)."""
-        module = module.to(context.device())
+        """``module`` on this rank's device (or still on the meta device, until
+        ``materialize``), known to checkpoints as a stage (``holds_stage``)."""
+        if not any(t.is_meta for t in [*module.parameters(), *module.buffers()]):
+            module = module.to(context.device())
         engine.pipeline_parts.add(module)
         return module
 
@@ -263,6 +266,7 @@ def pipeline(
     loss_fn: Callable[[Any, Any], Any],
     schedule: str = "1f1b",
     example: Any = None,
+    mesh: Any = None,
 ) -> Pipeline:
     """Cut ``model`` before each submodule named in ``split``; keep this rank's stage (rank ``i``
     holds stage ``i % stages`` of replica ``i // stages``) on its device.
@@ -274,8 +278,16 @@ def pipeline(
     torch's losses do by default): the microbatches' losses are averaged, so gradients and the
     loss are the whole batch's. ``schedule`` is ``"1f1b"`` (less activation memory) or
     ``"gpipe"``.
+
+    ``mesh=nbdist.mesh(pp=..., dp=..., tp=...)`` cuts the stages along the mesh's ``pp``
+    dimension instead: a rank holds the stage of its ``pp`` coordinate, stages' gradients are
+    averaged over ``dp``, and a stage may be split further over ``tp`` with ``nbdist.prepare(
+    pipe.stage, mesh=mesh, plan=...)`` before the first step. A model built on the meta device
+    stays there until ``nbdist.materialize(pipe)`` gives this rank's stage its weights.
     """
     info = context.current()
+    if mesh is not None:
+        grid.check(mesh, "nbdist.pipeline")
     if schedule not in SCHEDULES:
         raise UsageError(f"unknown schedule {schedule!r}: use one of {', '.join(SCHEDULES)}")
     if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
@@ -283,7 +295,9 @@ def pipeline(
     if not callable(loss_fn):
         raise UsageError(f"loss_fn must be a function of (output, target), not {loss_fn!r}")
     stages = len(split) + 1 if isinstance(split, (list, tuple)) else 0
-    if stages:  # what the ranks can hold, before any tracing
+    if stages and mesh is not None:
+        lay = on_mesh(mesh, stages, info.world_size)
+    elif stages:  # what the ranks can hold, before any tracing
         _check_layout(stages, info.world_size)
     if schedule == "1f1b" and microbatches < stages:
         raise UsageError(
@@ -291,8 +305,8 @@ def pipeline(
             f"not {microbatches}: raise microbatches, or use schedule='gpipe'"
         )
     parts = cut(model, split, example, microbatches)
-    pipe = Pipeline(
-        parts, layout(stages, info.world_size, info.rank), microbatches, loss_fn, schedule
-    )
+    if mesh is None:
+        lay = layout(stages, info.world_size, info.rank)
+    pipe = Pipeline(parts, lay, microbatches, loss_fn, schedule)
     engine.pipeline = pipe.role
     return pipe

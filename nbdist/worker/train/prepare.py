@@ -16,11 +16,7 @@ Without options, ``prepare`` is plain DDP and a loop of ``loss.backward(); opt.s
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -28,8 +24,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ...errors import UsageError
 from .. import context
+from ..mesh import layout, materialize
 from ..state import engine
 from . import sync as sync_modes
+from .step import Plan
 
 #: Values of ``precision`` (None means fp32).
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -37,17 +35,6 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 COMPRESSIONS = ("fp16", "bf16", "powersgd")
 #: Values of ``strategy``.
 STRATEGIES = ("ddp", "fsdp")
-
-
-@dataclass
-class _Plan:
-    """What ``train_step`` needs to know about a prepared model (kept beside it, not on it)."""
-
-    accumulate: int = 1
-    scaler: Any = None  # torch.amp.GradScaler for fp16
-    sync_first: bool = False  # static-graph DDP must all-reduce in its first backward
-    micro: int = 0  # micro-steps taken so far
-    sync: sync_modes.Synchronizer | None = None  # local SGD or DiLoCo
 
 
 def prepare(
@@ -67,6 +54,8 @@ def prepare(
     sync_warmup: int = 0,
     outer_lr: float | None = None,
     outer_momentum: float | None = None,
+    mesh=None,
+    plan: dict | None = None,
 ):
     """Move ``model`` to this rank's device and wrap it for data-parallel training.
 
@@ -110,6 +99,12 @@ def prepare(
       Nesterov step (``outer_lr=0.7``, ``outer_momentum=0.9``) on the mean difference between
       the global and the local parameters. ``sync_warmup=N``: N synchronous steps first. For
       slow links, where DDP waits on every step; see ``nbdist.worker.train.sync``.
+    - ``mesh=nbdist.mesh(dp=..., tp=...)``: data parallel over the mesh's ``dp`` dimension only
+      (DDP, or FSDP2 with ``strategy="fsdp"``), and ``plan={"ff.up": ColwiseParallel(), ...}``
+      applies torch's tensor-parallel plan over its ``tp`` dimension first (checked: a name
+      that is no submodule is one line). A model built on the meta device is materialised
+      once laid out (``nbdist.materialize``, seed 0), so no rank ever holds it whole. With
+      ``pp`` in the mesh, pass a pipeline's stage: see ``nbdist.worker.mesh.layout``.
     """
     precision = None if precision == "fp32" else precision
     _check_options(
@@ -121,6 +116,9 @@ def prepare(
         sync_every=sync_every, sync_warmup=sync_warmup, outer_lr=outer_lr,
         outer_momentum=outer_momentum,
     )  # fmt: skip
+    on_mesh = layout.check(
+        mesh, plan, model, strategy=strategy, sync=sync, compress=compress
+    )  # fmt: skip
     info = context.current()
     if not dist.is_initialized():
         raise UsageError(
@@ -130,16 +128,29 @@ def prepare(
     device = torch.device(info.device)
     dtype = _check_device(precision, device)
     synchronizer = None
+    names = {id(p): n for n, p in model.named_parameters()}
+    if on_mesh is not None:
+        model = layout.tensor_parallel(model, on_mesh, plan)
+    meta = layout.is_meta(model)
+    model = model if meta else model.to(device)
     if strategy == "fsdp":
-        names = {id(p): n for n, p in model.named_parameters()}
-        wrapped = _fsdp(model.to(device), dtype)
-        if optimizer is not None:
-            _rebind(optimizer, names, wrapped)
+        wrapped = _fsdp(model, dtype, on_mesh.dp_mesh if on_mesh else None, meta)
+        layout.rebind(optimizer, names, wrapped, "strategy='fsdp'")
+    elif on_mesh is not None and (on_mesh.dp == 1 or on_mesh.pp > 1):  # the pipeline averages
+        wrapped = materialize.materialize(model) if meta else model
+        layout.rebind(optimizer, names, wrapped, "a tensor-parallel plan")
     else:
         # PowerSGD on gloo deadlocks with several buckets (tested, torch 2.13): one bucket on CPU
         cap = 2.0**40 if compress == "powersgd" and device.type == "cpu" else None
-        model, flags = model.to(device), (static_graph, find_unused_parameters, local is None)
-        wrapped = _ddp(model, device, dtype, *flags, cap)
+        model = materialize.materialize(model) if meta else model
+        layout.rebind(optimizer, names, model, "a tensor-parallel plan or a meta model")
+        group = on_mesh.dp_group if on_mesh is not None else None
+        if group is not None and layout.has_shards(model):
+            from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+
+            _pre_dp_module_transform(model)  # DDP's own way over tensor-parallel weights
+        flags = (static_graph, find_unused_parameters, local is None)
+        wrapped = _ddp(model, device, dtype, *flags, cap, group)
 
         if local is not None:  # the warm-up all-reduces as compress= says, then nothing
             reduce = None if compress is None else _compressor(compress)
@@ -154,7 +165,7 @@ def prepare(
             scaler = ShardedGradScaler(device.type)
         else:
             scaler = torch.amp.GradScaler(device.type)
-    engine.training_plans[wrapped] = _Plan(accumulate, scaler, static_graph, sync=synchronizer)
+    engine.training_plans[wrapped] = Plan(accumulate, scaler, static_graph, sync=synchronizer)
     return wrapped if optimizer is None else (wrapped, optimizer)
 
 
@@ -202,10 +213,18 @@ def _check_device(precision: str | None, device):
 
 
 def _ddp(
-    model, device, dtype, static_graph: bool, find_unused: bool, sync_buffers: bool, cap_mb=None
+    model,
+    device,
+    dtype,
+    static_graph: bool,
+    find_unused: bool,
+    sync_buffers: bool,
+    cap_mb=None,
+    group=None,
 ) -> DistributedDataParallel:
     ddp = (DistributedDataParallel if dtype is None else _AutocastDDP)(
         model,
+        process_group=group,
         device_ids=[device] if device.type == "cuda" else None,
         bucket_cap_mb=cap_mb,
         gradient_as_bucket_view=True,
@@ -249,8 +268,9 @@ def _to_float32(obj):
     return obj
 
 
-def _fsdp(model, dtype):
-    """Shard ``model`` with torch's ``fully_shard``: each child with parameters, then the root."""
+def _fsdp(model, dtype, dp_mesh=None, meta: bool = False):
+    """Shard ``model`` with torch's ``fully_shard`` (over ``dp_mesh``, or every rank): each
+    child with parameters, then the root. A meta model is materialised once sharded."""
     fsdp = torch.distributed.fsdp
     if not hasattr(fsdp, "fully_shard"):
         raise UsageError(
@@ -260,34 +280,26 @@ def _fsdp(model, dtype):
     policy = fsdp.MixedPrecisionPolicy(
         param_dtype=dtype, reduce_dtype=torch.float32, output_dtype=torch.float32
     )
-    with torch.no_grad():  # start from rank 0's weights, as DDP does
-        for t in [*model.parameters(), *model.buffers()]:
-            dist.broadcast(t, src=0)
+    group = dp_mesh.get_group() if dp_mesh is not None else None
+    if not meta:  # start from the weights of the group's first rank, as DDP does
+        first = dist.get_global_rank(group, 0) if group is not None else 0
+        with torch.no_grad():
+            for t in [*model.parameters(), *model.buffers()]:
+                local = t.to_local() if hasattr(t, "to_local") else t
+                dist.broadcast(local, src=first, group=group)
     try:
         for child in model.children():
             has_params = any(True for _ in child.parameters())
             if has_params and not isinstance(child, fsdp.FSDPModule):
-                fsdp.fully_shard(child, mp_policy=policy)
+                fsdp.fully_shard(child, mesh=dp_mesh, mp_policy=policy)
         if not isinstance(model, fsdp.FSDPModule):
-            fsdp.fully_shard(model, mp_policy=policy)
+            fsdp.fully_shard(model, mesh=dp_mesh, mp_policy=policy)
     except (RuntimeError, NotImplementedError, AssertionError) as exc:
         raise UsageError(
             f"strategy='fsdp' is not supported here ({type(exc).__name__}: {exc}); "
             "use strategy='ddp'"
         ) from None
-    return model
-
-
-def _rebind(optimizer, names: dict[int, str], model) -> None:
-    """Point ``optimizer`` at the sharded parameters that replaced the ones it was built on."""
-    if optimizer.state:
-        raise UsageError(
-            "with strategy='fsdp', pass a fresh optimizer (it has taken steps already), or build "
-            "it after prepare on the returned model's parameters"
-        )
-    new = dict(model.named_parameters())
-    for group in optimizer.param_groups:
-        group["params"] = [new.get(names.get(id(p)), p) for p in group["params"]]
+    return materialize.materialize(model) if meta else model
 
 
 def _register_compression(ddp: DistributedDataParallel, how: str, rank: int, warmup: int) -> None:
@@ -321,80 +333,3 @@ def _compress_hook(dtype, bucket):  # no return annotation: DDP checks it, and o
         return buffer.copy_(fut.value()[0])
 
     return dist.all_reduce(compressed, async_op=True).get_future().then(decompress)
-
-
-# -- the training step --------------------------------------------------------------------------
-
-
-class Step:
-    """One micro-step inside ``train_step``: call ``backward(loss)`` once."""
-
-    def __init__(self, plan: _Plan, syncs: bool):
-        self.syncs = syncs
-        """True when this micro-step all-reduces gradients and steps the optimizer."""
-        self._plan = plan
-        self.backward_done = False
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """Backpropagate ``loss``: divided by ``accumulate``, and scaled under fp16."""
-        if self._plan.accumulate > 1:
-            loss = loss / self._plan.accumulate
-        if self._plan.scaler is not None:
-            loss = self._plan.scaler.scale(loss)
-        loss.backward()
-        self.backward_done = True
-
-
-@contextlib.contextmanager
-def train_step(model, optimizer, *, sync: bool | None = None) -> Iterator[Step]:
-    """One micro-step of training: run the forward and ``step.backward(loss)`` inside.
-
-    With ``accumulate=k`` (see ``prepare``), the first ``k - 1`` micro-steps of every ``k`` run
-    their forward and backward inside ``no_sync`` (gradients add up locally, nothing is sent)
-    and the ``k``-th all-reduces the sum and steps the optimizer. On leaving a step that syncs,
-    the optimizer steps (through the gradient scaler under fp16) and the gradients are zeroed.
-    ``sync=True`` forces a step now, e.g. for the last, partial group of an epoch. Works with
-    any model; one that ``prepare`` did not wrap steps every time.
-    """
-    plan = engine.training_plans.get(model) or _Plan()
-    plan.micro += 1
-    syncs = sync if sync is not None else plan.micro % plan.accumulate == 0
-    if syncs:
-        plan.micro = 0
-    # A static-graph DDP learns its graph in its first backward, which must all-reduce; doing it
-    # early changes nothing: averaging gradients that are already equal on all ranks is a no-op.
-    skip_reduce = not syncs and not plan.sync_first
-    plan.sync_first = False
-    step = Step(plan, syncs)
-    with _no_sync(model) if skip_reduce else contextlib.nullcontext():
-        yield step
-    if not step.backward_done:
-        raise UsageError(
-            "call step.backward(loss) inside `with nbdist.train_step(...) as step:` "
-            "(not loss.backward(): the step scales the loss for accumulation and fp16)"
-        )
-    if syncs:
-        if plan.scaler is not None:
-            plan.scaler.step(optimizer)
-            plan.scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-
-@contextlib.contextmanager
-def _no_sync(model) -> Iterator[None]:
-    """No gradient all-reduce inside: DDP's ``no_sync``, or FSDP's gradient-sync switch."""
-    if isinstance(model, DistributedDataParallel):
-        with model.no_sync():
-            yield
-        return
-    set_sync = getattr(model, "set_requires_gradient_sync", None)  # FSDP2 (fully_shard)
-    if set_sync is None:
-        yield
-        return
-    set_sync(False)
-    try:
-        yield
-    finally:
-        set_sync(True)
