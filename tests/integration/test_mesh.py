@@ -153,3 +153,51 @@ def test_bad_meshes_are_one_line_on_every_rank(cluster8, src, says):
     failures = info.value.failures
     assert sorted(f.rank for f in failures) == list(range(8)), "every rank, the same line"
     assert all(says in f.summary and "\n" not in f.summary for f in failures), failures[0].summary
+
+
+# A model of 8 blocks of 2 × 2 MiB-matrices (about 64 MiB of float32 weights whole), built on
+# the meta device: each rank's peak memory grows by its share and one layer, never the model.
+BIG = """
+import gc
+def peak_growth(make):
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the high-water mark starts again from now
+    def hwm():
+        with open("/proc/self/status") as f:
+            return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmHWM"))
+    start = hwm()
+    model = make()
+    held = sum(
+        (p.to_local() if hasattr(p, "to_local") else p).numel() * 4 for p in model.parameters()
+    )
+    return hwm() - start, held
+
+def big(d=512):
+    with torch.device("meta"):
+        return nn.Sequential(*[Block(d) for _ in range(8)])
+
+whole = sum(p.numel() * 4 for p in big().parameters())
+mesh = nbdist.mesh(tp=8) if STRATEGY == "tp" else nbdist.mesh(dp=8)
+def laid_out(d):
+    if STRATEGY == "tp":
+        return nbdist.prepare(big(d), mesh=mesh, plan=PLAN)
+    return nbdist.prepare(big(d), mesh=mesh, strategy="fsdp")
+
+laid_out(16)  # torch's first use of DTensors (imports, caches: ~50 MiB once) is not the model's
+grew, held = peak_growth(lambda: laid_out(512))
+every = [None] * dist.get_world_size()
+dist.all_gather_object(every, (grew, held, whole))
+every
+"""
+
+
+@pytest.mark.parametrize("strategy", ["tp", "fsdp"])
+def test_a_meta_model_is_never_whole_on_any_rank(cluster8, strategy):
+    every = cluster8.run(BIG.replace("STRATEGY", repr(strategy)))
+    whole = every[0][2]
+    assert whole > 60 * 2**20
+    for rank, (grew, held, _) in enumerate(every):
+        assert held <= whole / 8 + 2**16, f"rank {rank} holds {held} of {whole} bytes"
+        # its share, the largest layer drawn whole, and the allocator's slack: not the model
+        assert grew < whole / 3, f"rank {rank} grew by {grew / 2**20:.1f} MiB"
