@@ -101,6 +101,13 @@ def test_an_error_or_a_nan_ends_its_trial_alone(cluster):
     assert cluster.run("1 + 1") == 2
 
 
+def test_a_mesh_in_a_trial_is_one_line(cluster):
+    table = sweep("mesh = nbdist.mesh(dp=2)", {"lr": [0.1]}, trial_size=2)
+    [row] = list(table)
+    assert row.state == "failed" and "a sweep's trials each train on their own ranks" in row.note
+    assert "\n" not in row.note
+
+
 DYING = """
 import os, signal, time
 for step in nbdist.steps(10, every=2, state=progress):
