@@ -120,6 +120,8 @@ export interface IWorker {
   comm_share: number | null;
   heartbeat_age: number | null;
   last_report_age: number | null;
+  /** Its coordinates in its `nbdist.mesh` ("dp 1/2 tp 0/2"), or null without a mesh. */
+  mesh: string | null;
 }
 
 /** One event of a run (`telemetry.events.RunEvent`, with its row id); `rank` null: the run's. */

@@ -13,6 +13,9 @@ import React from 'react';
 import { ICurves, IRun, IWorker } from './api';
 import {
   lossText,
+  meshCoords,
+  meshKey,
+  meshTile,
   runLength,
   runTitle,
   SHOWN_STATES,
@@ -117,7 +120,8 @@ function Figure(props: { label: string; value: string; testid?: string }): JSX.E
   );
 }
 
-/** Each rank's tile, in the colour of its state; the legend names the states shown. */
+/** Each rank's tile, in the colour of its state, with its coordinates when its run made a mesh
+ * (`nbdist.mesh`: "1·0"); the legend names the states shown, and the mesh's dimensions. */
 export function WorkerGrid(props: { workers: IWorker[]; run: IRun }): JSX.Element {
   if (props.workers.length === 0) {
     return (
@@ -128,6 +132,7 @@ export function WorkerGrid(props: { workers: IWorker[]; run: IRun }): JSX.Elemen
   }
   const shown = props.workers.map(w => [w, shownState(w, props.run)] as const);
   const present = SHOWN_STATES.filter(s => shown.some(([, state]) => state === s));
+  const keyed = props.workers.map(w => meshCoords(w.mesh)).find(c => c.length > 0);
   return (
     <div>
       <div className="jp-nbdist-workers" role="list" aria-label="workers">
@@ -143,6 +148,11 @@ export function WorkerGrid(props: { workers: IWorker[]; run: IRun }): JSX.Elemen
           >
             <span className="jp-nbdist-workerRank">{w.rank}</span>
             <span className="jp-nbdist-workerState">{state}</span>
+            {w.mesh && (
+              <span className="jp-nbdist-workerMesh" data-mesh={w.mesh}>
+                {meshTile(meshCoords(w.mesh))}
+              </span>
+            )}
           </div>
         ))}
       </div>
@@ -153,6 +163,11 @@ export function WorkerGrid(props: { workers: IWorker[]; run: IRun }): JSX.Elemen
             {s}
           </span>
         ))}
+        {keyed && (
+          <span className="jp-nbdist-meshKey" data-testid="nbdist-mesh-key">
+            {meshKey(keyed)}
+          </span>
+        )}
       </div>
     </div>
   );

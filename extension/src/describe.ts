@@ -72,9 +72,9 @@ export function shownState(w: IWorker, run: IRun): ShownState {
     : 'unknown';
 }
 
-/** A worker's tooltip: where it ran and what it measured last. */
+/** A worker's tooltip: where it ran, its place in the mesh, and what it measured last. */
 export function workerTitle(w: IWorker): string {
-  const parts = [`rank ${w.rank}`, w.host ? `on ${w.host}` : '', w.state];
+  const parts = [`rank ${w.rank}`, w.host ? `on ${w.host}` : '', w.mesh ?? '', w.state];
   if (w.cpu !== null) {
     parts.push(`cpu ${fmt(w.cpu, 3)} %`);
   }
@@ -85,6 +85,34 @@ export function workerTitle(w: IWorker): string {
     parts.push(`last report ${fmtDuration(w.last_report_age)} ago`);
   }
   return parts.filter(Boolean).join(' · ');
+}
+
+/** A rank's coordinate along one dimension of its mesh: "dp", 1 of 2. */
+export interface IMeshCoord {
+  name: string;
+  index: number;
+  size: number;
+}
+
+/** A worker's `mesh` ("dp 1/2 tp 0/2", as `telemetry.events.MeshCoords` writes it) read back,
+ * outermost dimension first; [] without a mesh. */
+export function meshCoords(text: string | null | undefined): IMeshCoord[] {
+  return [...(text ?? '').matchAll(/(\w+) (\d+)\/(\d+)/g)].map(m => ({
+    name: m[1],
+    index: Number(m[2]),
+    size: Number(m[3])
+  }));
+}
+
+/** What a tile shows of its coordinates, in the key's order: "1·0". */
+export function meshTile(coords: IMeshCoord[]): string {
+  return coords.map(c => c.index).join('·');
+}
+
+/** The key that reads the tiles' coordinates: "mesh: dp·tp of 2×2". */
+export function meshKey(coords: IMeshCoord[]): string {
+  const names = coords.map(c => c.name).join('·');
+  return `mesh: ${names} of ${coords.map(c => c.size).join('×')}`;
 }
 
 /** "just now", "42 s ago", "12 min ago", or the date. */

@@ -96,7 +96,7 @@ def _nbdist_parser() -> _Parser:
     sub.add_parser("stop", help="stop every engine and the controller")
     at = sub.add_parser("attach", help="use a cluster started from the sidebar")
     at.add_argument("cluster_id", nargs="?", default=None, help="default: the newest one")
-    sub.add_parser("status", help="show each rank: host, pid, device, GPU, state, pipeline stage")
+    sub.add_parser("status", help="show each rank: host, pid, device, GPU, state, mesh, stage")
     # housekeeping (see nbdist.notebook.housekeeping)
     g = sub.add_parser("gc", help="show what the retention rule frees of the data folder")
     g.add_argument("--yes", action="store_true", help="free it (without: only show it)")
@@ -271,8 +271,8 @@ def _parse(parser: _Parser, line: str, script: bool = False) -> argparse.Namespa
 
 
 def _status_table(rows: list[dict]) -> str:
-    cols = ["rank", "host", "pid", "device", "gpu", "state", "stage", "replica"]
-    for optional in ("gpu", "stage", "replica"):  # a CPU-only cluster, no pipeline: no dashes
+    cols = ["rank", "host", "pid", "device", "gpu", "state", "mesh", "stage", "replica"]
+    for optional in ("gpu", "mesh", "stage", "replica"):  # none of them: no dashes
         if all(r.get(optional, "-") == "-" for r in rows):
             cols.remove(optional)
     widths = {c: max(len(c), *(len(str(r.get(c, "-"))) for r in rows)) for c in cols}

@@ -100,7 +100,7 @@ class Cluster(Ranks):
     def status(self) -> list[dict]:
         """One row per rank: rank, host, pid, device, its GPU (name, memory), state, its
         pipeline stage and replica when its latest cell built a pipeline, and its place in the
-        mesh (``dp 1/2 tp 0/2``) when its latest cell made one (``nbdist.mesh``)."""
+        mesh (``dp 1/2 tp 0/2``) while the group its ``nbdist.mesh`` was made over stands."""
         lost = fanout.lost(self) if self.client else {s.rank: "" for s in self.slots}
         return [
             {

@@ -182,6 +182,7 @@ class WorkerHealth:
     comm_share: float | None = None
     heartbeat_age: float | None = None  # seconds since the rank's latest batch
     last_report_age: float | None = None  # seconds since its latest metric record
+    mesh: str | None = None  # its coordinates in its nbdist.mesh, as MeshCoords writes them
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> WorkerHealth:

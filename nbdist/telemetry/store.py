@@ -86,10 +86,10 @@ class RunStore:
                 raise sqlite3.OperationalError(f"cannot use WAL journal mode (got {mode})")
             conn.execute("PRAGMA synchronous = NORMAL")
             if not self._ready:
-                conn.executescript(  # idempotent; one transaction
-                    f"BEGIN IMMEDIATE;{tables.SCHEMA}"
-                    f"PRAGMA user_version = {tables.SCHEMA_VERSION};COMMIT;"
-                )
+                conn.executescript(f"BEGIN IMMEDIATE;{tables.SCHEMA}COMMIT;")  # idempotent
+                with _tx(conn):  # one write: two writers opening an old file add a column once
+                    for sql in tables.upgrades(conn):
+                        conn.execute(sql)
                 self._ready = True
         self._local.conn = conn
         return conn
@@ -311,12 +311,13 @@ class RunStore:
         )
 
     def health(self, run_id: int) -> list[dict]:
-        """Each rank's latest health (``HEALTH_COLUMNS``), by rank."""
-        rows = self._read(
-            f"SELECT {', '.join(HEALTH_COLUMNS)} FROM health WHERE run_id = ? ORDER BY rank",
-            (int(run_id),),
-        )
-        return [dict(r) for r in rows]
+        """Each rank's latest health (``HEALTH_COLUMNS``), by rank; a column a store of an
+        earlier version lacks (``tables.ADDED_COLUMNS``) reads as None."""
+        rows = self._read("SELECT * FROM health WHERE run_id = ? ORDER BY rank", (int(run_id),))
+        if not rows:
+            return []
+        have = set(rows[0].keys())
+        return [{c: r[c] if c in have else None for c in HEALTH_COLUMNS} for r in rows]
 
     def health_history(
         self, run_id: int, since_id: int = 0, limit: int | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,7 +30,12 @@ from .events import (
     WorkerHealth,
 )
 
-SCHEMA_VERSION = 1
+#: The store's version (SQLite's ``user_version``). A store an earlier version made gains the
+#: columns added since (``ADDED_COLUMNS``) when a writer next opens it; its readers find them
+#: missing until then, and read them as None.
+SCHEMA_VERSION = 2
+#: Columns added after version 1, as (the version that added it, table, column, its SQL type).
+ADDED_COLUMNS = ((2, "health", "mesh", "TEXT"),)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -77,6 +83,7 @@ CREATE TABLE IF NOT EXISTS health (
     comm_share REAL,
     heartbeat_age REAL,
     last_report_age REAL,
+    mesh TEXT,
     PRIMARY KEY (run_id, rank)
 );
 CREATE TABLE IF NOT EXISTS health_samples (
@@ -105,15 +112,31 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
 """
 
+
+def upgrades(conn: sqlite3.Connection) -> list[str]:
+    """What brings the store on ``conn`` (made by ``SCHEMA``) up to ``SCHEMA_VERSION``: the
+    columns an earlier version's lacks, and its new version; nothing for a store as new or
+    newer. Read and run in one write transaction (``RunStore``)."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        return []
+    missing = [
+        f"ALTER TABLE {table} ADD COLUMN {column} {kind}"
+        for _, table, column, kind in ADDED_COLUMNS
+        if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+    ]
+    return [*missing, f"PRAGMA user_version = {SCHEMA_VERSION}"]
+
+
 #: The run fields a writer may set (``RunStore.update_run``); the others are the store's own.
 SETTABLE_RUN_FIELDS = tuple(
     f
     for f in (*RUN_FIELDS, *RUN_DETAIL_FIELDS)
     if f not in ("id", "started", "updated", "nonfinite", "kernel_pid")
 )
-#: The history of health samples keeps the verdict and the measures, not the host or the ages.
+#: The history of health samples keeps the verdict and the measures, not the host, the ages or
+#: the mesh (the latest row has those).
 HISTORY_COLUMNS = tuple(
-    c for c in HEALTH_COLUMNS if c not in ("host", "heartbeat_age", "last_report_age")
+    c for c in HEALTH_COLUMNS if c not in ("host", "heartbeat_age", "last_report_age", "mesh")
 )
 
 
@@ -293,6 +316,10 @@ def metric_from_dict(row: dict[str, Any]) -> tuple[int, MetricRecord]:
     return row["rank"], MetricRecord(row["time"], *(row.get(f) for f in MetricRecord._fields[1:]))
 
 
+#: A mesh's coordinates as text are short ("pp 1/2 dp 0/2 tp 1/2"): more is not kept.
+_MESH_CHARS = 200
+
+
 def _health_values(h: WorkerHealth) -> dict[str, Any]:
     """``h``'s columns, stored safely: text never NULL, non-finite measures as NULL."""
     out = {c: real(getattr(h, c)) for c in HEALTH_COLUMNS}
@@ -301,6 +328,7 @@ def _health_values(h: WorkerHealth) -> dict[str, Any]:
         time=_time(h.time, "a health sample"),
         host=str(h.host or ""),
         state=str(h.state or "ok"),
+        mesh=str(h.mesh)[:_MESH_CHARS] if h.mesh else None,
     )
     return out
 

@@ -245,6 +245,7 @@ def _init(backend: str | None, timeout: timedelta | None = None, **kwargs) -> No
     """Form the default group on nbdist's store, under a prefix no earlier formation used."""
     ri = context.current()
     engine.formations += 1
+    engine.mesh, engine.meshes = None, {}  # a mesh lives as long as the group it was made over
     client = dist.TCPStore(
         ri.master_addr, ri.master_port, is_master=False, timeout=timeout or timedelta(minutes=5)
     )

@@ -59,7 +59,8 @@ class Engine:
     pipeline: PipelineRole | None = None
     """This rank's stage in the latest ``nbdist.pipeline`` (shown by ``%nbdist status``)."""
     mesh: MeshCoords | None = None
-    """This rank's coordinates in the latest ``nbdist.mesh`` (shown by ``%nbdist status``)."""
+    """This rank's coordinates in the latest ``nbdist.mesh`` over the current group (shown by
+    ``%nbdist status``, the dashboard and the sidebar); none once the group is formed again."""
     meshes: dict = field(default_factory=dict)
     """The device meshes made over the current process group, by shape (``mesh.grid``)."""
     pipeline_idle: float | None = None

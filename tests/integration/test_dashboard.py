@@ -269,6 +269,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = __import__("pathlib").Path(__file__).resolve().parents[2] / "test-artifacts"
 BROWSER_TRAIN = """%%distributed --total 300 --name browser --profile 20
 import math, time
+mesh = nbdist.mesh(dp=2)  # the two ranks as data-parallel replicas: the table's dp column
 for i in range(300):
     loss = (1 + 0.3 * nbdist.rank()) * math.exp(-i / 25) + 1e-4
     extra = {"val_loss": 2 * loss} if i % 25 == 0 else {}  # a metric at its own cadence
@@ -383,6 +384,10 @@ def test_dashboard_in_a_real_browser(lab):
             rows = board.locator("tbody tr")
             assert rows.count() == 2
             assert [rows.nth(i).locator(".nbd-state").inner_text() for i in range(2)] == ["ok"] * 2
+            # each rank's place in the mesh: a dp column (and no tp or pp column)
+            expect(board.locator("tbody td.nbd-mesh[data-dim='dp']")).to_have_text(["0/2", "1/2"])
+            assert board.locator("td.nbd-mesh:not([data-dim='dp'])").count() == 0
+            assert "dp" in board.locator("thead th").all_inner_texts()
             board.scroll_into_view_if_needed()
             board.screenshot(path=str(ARTIFACTS / "dashboard-live-light.png"))
 
@@ -500,3 +505,23 @@ for i in range(30):
     assert _run(ready, TRAIN.replace("40", "4").replace("demo", "plain")) and _value(
         ready, "[r['stage'] for r in _runs.last().dashboard.rows]"
     ) == [None, None]
+
+
+def test_a_mesh_shows_each_ranks_coordinates_on_the_board_in_the_store_and_in_status(ready):
+    res = ready.run(
+        """%%distributed --name mesh
+import time
+mesh = nbdist.mesh(dp=2)
+for i in range(20):
+    nbdist.report(step=i, loss=1.0 / (i + 1))
+    time.sleep(0.02)
+"""
+    )
+    assert res.error is None, res.error
+    rows = _value(ready, "[(r['pp'], r['dp'], r['tp']) for r in _runs.last().dashboard.rows]")
+    assert rows == [(None, "0/2", None), (None, "1/2", None)]  # a dp column only
+    health = _value(ready, "[w['mesh'] for w in __import__('nbdist').runs(limit=1)[0].health()]")
+    assert health == ["dp 0/2", "dp 1/2"]  # what the sidebar reads
+    table = ready.ok("%nbdist status").stdout.splitlines()
+    assert "mesh" in table[0].split()
+    assert [line.split(" dp ")[1].split()[0] for line in table[1:3]] == ["0/2", "1/2"]

@@ -55,8 +55,15 @@ def store(data_dir):
     s.put_health(
         live,
         [
-            {"rank": 0, "time": now, "host": "node<1>", "state": "ok", "cpu": 97.0},
-            {"rank": 1, "time": now, "host": "node<1>", "state": "dead"},
+            {
+                "rank": 0,
+                "time": now,
+                "host": "node<1>",
+                "state": "ok",
+                "cpu": 97.0,
+                "mesh": "dp 0/2",
+            },
+            {"rank": 1, "time": now, "host": "node<1>", "state": "dead", "mesh": "dp 1/2"},
         ],
     )
     s.add_event(live, "died", rank=1, message="engine process killed by SIGKILL")
@@ -157,9 +164,9 @@ async def test_run_detail_metrics_health_events(jp_fetch, store):
     assert [m["step"] for m in data["metrics"]] == [4] and data["next"] is None  # the last page
 
     _, data = await fetch_json(jp_fetch, "runs", rid, "health")
-    assert [(w["rank"], w["state"], w["host"]) for w in data["workers"]] == [
-        (0, "ok", "node<1>"),
-        (1, "dead", "node<1>"),
+    assert [(w["rank"], w["state"], w["host"], w["mesh"]) for w in data["workers"]] == [
+        (0, "ok", "node<1>", "dp 0/2"),
+        (1, "dead", "node<1>", "dp 1/2"),
     ]
 
     _, data = await fetch_json(jp_fetch, "runs", rid, "events")

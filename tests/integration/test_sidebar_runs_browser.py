@@ -317,3 +317,45 @@ def test_two_runs_ticked_and_compared(page, runs):
     wait_until(lambda: _chart_is_sharp(chart), 10, what="a sharp canvas")
     page.mouse.move(5, 5)
     shot(page, "compare", dark_too=True)
+
+
+MESH = """\
+%%distributed --name mesh --timeout 120
+import time
+mesh = nbdist.mesh(dp=2, tp=2)
+for step in range(40):
+    nbdist.report(step=step, loss=1.0 / (step + 1), samples=32)
+    time.sleep(0.02)
+"""
+
+
+def test_each_ranks_place_in_the_mesh_is_on_its_tile(page, kernel):
+    """A dp × tp mesh on 4 engines: each tile shows its rank's coordinates, the legend which
+    dimensions they are, its tooltip the whole; on the card and in the run's view."""
+    kernel.run("%nbdist stop")  # the module's 2 engines, when an earlier test left them running
+    kernel.ok("%nbdist start -n 4", timeout=180)
+    try:
+        assert kernel.ok(MESH).error is None
+    finally:
+        kernel.ok("%nbdist stop")
+    run_id = _latest_run_id(kernel)
+    c = card(page, run_id)
+    coords = c.locator(".jp-nbdist-workerMesh")
+    wait_until(lambda: coords.count() == 4, 30, what="four tiles with coordinates on the card")
+    assert [coords.nth(i).get_attribute("data-mesh") for i in range(4)] == [
+        "dp 0/2 tp 0/2",
+        "dp 0/2 tp 1/2",
+        "dp 1/2 tp 0/2",
+        "dp 1/2 tp 1/2",
+    ]
+    assert coords.all_inner_texts() == ["0·0", "0·1", "1·0", "1·1"]
+    assert c.get_by_test_id("nbdist-mesh-key").inner_text() == "mesh: dp·tp of 2×2"
+    assert "dp 1/2 tp 0/2" in c.locator('.jp-nbdist-worker[data-rank="2"]').get_attribute("title")
+    shot(page, "mesh", dark_too=True)
+    c.get_by_role("button", name="Open run").click()
+    view = page.locator(f"#nbdist-run-{run_id}")
+    tiles = view.locator(".jp-nbdist-workerMesh")
+    wait_until(lambda: tiles.count() == 4, 30, what="the coordinates in the run's view")
+    assert tiles.all_inner_texts() == ["0·0", "0·1", "1·0", "1·1"]
+    view.locator(".jp-nbdist-workers").scroll_into_view_if_needed()
+    shot(page, "mesh-detail", dark_too=True)

@@ -217,8 +217,13 @@ def test_the_monitor_is_the_runs_observer_and_shows_its_phases(tmp_path):
     ) as mon:
         assert isinstance(mon, RunObserver)
         mon.on_phase(Phase.STARTING, Phase.RUNNING)
+        where = ev.MeshCoords(("pp", "dp"), (2, 1), (1, 0))  # the rank's place in its mesh
         rk.ar.metadata["data"][ev.key(1, 1)] = Batch(
-            0, 1, time.time(), [MetricRecord(time.time(), 0, 1.0, 8, 10, None)]
+            0,
+            1,
+            time.time(),
+            [MetricRecord(time.time(), 0, 1.0, 8, 10, None)],
+            _health(time.time(), mesh=where),
         )
         mon.on_poll({0: rk})
         assert mon.dashboard is not None
@@ -239,6 +244,7 @@ def test_the_monitor_is_the_runs_observer_and_shows_its_phases(tmp_path):
         ("finished", None, kinds[-1][2], {}),
     ]
     assert store.get_run(mon.run_id)["status"] == "ok" and len(store.metrics(mon.run_id)) == 1
+    assert [w["mesh"] for w in store.health(mon.run_id)] == ["pp 1/2 dp 0/1"]  # the sidebar's
 
 
 # -- a real cluster ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from nbdist.notebook.board.collector import Collector
 from nbdist.notebook.board.dashboard import Dashboard
 from nbdist.telemetry import curves
 from nbdist.telemetry.curves import Curve, Outbox, minmax
-from nbdist.telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
+from nbdist.telemetry.events import Batch, HealthSample, MeshCoords, MetricRecord, RunEvent
 
 
 class _Handle:
@@ -179,3 +179,25 @@ def test_text_from_engines_stays_text_and_bad_numbers_never_break_anything(shown
     assert history["rows"][0]["loss"] in nasty and history["rows"][0]["host"] == "<i>host</i>"
     assert history["logs"]["0"][0] == "<script>alert(1)</script>"  # as text, for textContent
     assert history["events"][-1]["message"].startswith("<img")
+
+
+def test_each_ranks_place_in_the_mesh_is_a_column_per_dimension(shown, monkeypatch):
+    """Ranks of a dp × tp mesh: a dp and a tp column (their coordinate "i/n"), no pp column,
+    in the live table and in the picture kept for renderers without widgets."""
+    from nbdist.notebook.board import charts
+
+    col, board, sent, _ = shown
+    for rank in (0, 1):
+        where = MeshCoords(("dp", "tp"), (1, 2), (0, rank))
+        col.ingest(rank, Batch(rank, 1, 1000.0, [], HealthSample(1000.0, "h", 1, mesh=where)))
+    col.update_states()
+    board.update(col, [], "running")
+    assert [(r["pp"], r["dp"], r["tp"]) for r in sent[-1]["rows"]] == [
+        (None, "0/1", "0/2"),
+        (None, "0/1", "1/2"),
+    ]
+    tables = []
+    monkeypatch.setattr(charts, "state_table", lambda ax, text, labels, *a: tables.append(labels))
+    board.finish(col, [], "ok", ended=col.clock())
+    assert "dp" in tables[-1] and "tp" in tables[-1] and "pp" not in tables[-1]
+    assert tables[-1].index("dp") < tables[-1].index("tp")  # outermost first

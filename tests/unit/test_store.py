@@ -16,7 +16,7 @@ import pytest
 from conftest import wait_until
 
 from nbdist.errors import UsageError
-from nbdist.telemetry.events import MetricRecord, RunEvent, WorkerHealth
+from nbdist.telemetry.events import HEALTH_COLUMNS, MetricRecord, RunEvent, WorkerHealth
 from nbdist.telemetry.store import RunStore, default_path
 from nbdist.telemetry.writer import StoreWriter
 
@@ -115,6 +115,35 @@ def test_reading_a_store_that_does_not_exist_creates_nothing(tmp_path):
     assert s.list_runs() == [] and s.get_run(1) is None and s.metrics(1) == []
     assert s.health(1) == [] and s.events(1) == []
     assert not (tmp_path / "none").exists()
+
+
+def test_a_store_of_the_first_version_is_read_then_upgraded_in_place(tmp_path):
+    """A store written before ranks had mesh coordinates: read as it is (the mesh unknown), and
+    given the column, once, when a writer opens it; nothing in it is lost."""
+    from nbdist.telemetry import tables
+
+    path = tmp_path / "runs.sqlite"
+    first = tables.SCHEMA.replace("    mesh TEXT,\n", "")
+    assert first != tables.SCHEMA
+    with sqlite3.connect(path) as c:
+        c.executescript(f"{first}PRAGMA user_version = 1;")
+        c.execute("INSERT INTO runs (started, updated) VALUES (1.0, 1.0)")
+        c.execute("INSERT INTO health (run_id, rank, time, host) VALUES (1, 0, 2.0, 'h0')")
+    old = RunStore(path).health(1)
+    assert [(r["rank"], r["host"], r["mesh"]) for r in old] == [(0, "h0", None)]
+    assert set(old[0]) == set(HEALTH_COLUMNS)  # what the sidebar reads, as from a new store
+
+    writers = [RunStore(path), RunStore(path)]  # the second finds it upgraded already
+    for w in writers:
+        w.put_health(1, [WorkerHealth(rank=1, time=3.0, host="h1", mesh="pp 1/2 dp 0/1")])
+    with sqlite3.connect(path) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == tables.SCHEMA_VERSION == 2
+        assert [r[1] for r in c.execute("PRAGMA table_info(health)")].count("mesh") == 1
+    assert [(r["rank"], r["mesh"]) for r in writers[0].health(1)] == [
+        (0, None),
+        (1, "pp 1/2 dp 0/1"),
+    ]
+    assert RunStore(path).list_runs()[0]["id"] == 1
 
 
 def test_a_running_run_whose_writer_vanished_reads_as_lost(tmp_path, monkeypatch):
@@ -225,6 +254,7 @@ def test_typed_records_go_in_and_the_same_names_come_out(tmp_path):
         rss=2e8,
         step_time=0.2,
         heartbeat_age=0.1,
+        mesh="dp 1/2 tp 0/2",
     )
     s.put_health(rid, [h])
     [row] = s.health(rid)

@@ -58,10 +58,14 @@ _COLUMNS = (
     ("gpu_util", "gpu %", ".0f"),
     ("gpu_mb", "gpu MB", ".0f"),
     ("comm", "comm %", ".0f"),
+    ("pp", "pp", ""),
+    ("dp", "dp", ""),
+    ("tp", "tp", ""),
     ("stage", "stage", ""),
     ("idle", "idle %", ".0f"),
 )
-_OPTIONAL = ("stage", "idle")  # a pipeline's columns: shown when some rank has a value
+# a mesh's coordinates and a pipeline's columns: shown when some rank has a value
+_OPTIONAL = ("pp", "dp", "tp", "stage", "idle")
 _TABLE_ROWS = 16
 
 

@@ -34,6 +34,8 @@ _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting po
 _HISTORY_POINTS = 2000
 _HISTORY_POINTS_OTHER = 500
 _EVENTS_KEPT = 50
+#: A mesh's dimensions as the workers table shows them, outermost first (``nbdist.mesh``'s).
+MESH_DIMENSIONS = ("pp", "dp", "tp")
 #: Count the bytes sent to the browser (``Dashboard.sent_bytes``): a benchmark's question, which
 #: costs a JSON encoding of every message again, so off unless asked.
 COUNT_BYTES = False
@@ -70,6 +72,8 @@ def rank_row(st: RankState, now: float, zero_based: bool) -> dict:
         "gpu_util": _num(h and h.gpu_util),
         "gpu_mb": _num(h and h.gpu_mem and h.gpu_mem / 2**20),
         "comm": _num(h and h.comm_share is not None and h.comm_share * 100),
+        # its coordinates in its nbdist.mesh, a column per dimension: "0/2" (None without)
+        **{dim: h.mesh.of(dim) if h and h.mesh else None for dim in MESH_DIMENSIONS},
         "stage": str(h.pipeline) if h and h.pipeline else None,  # a pipeline's: "0/2", "1/2 r1"
         "idle": _num(h and h.idle_share is not None and h.idle_share * 100),
         # whole seconds: a row is sent again when something a person would notice changed;

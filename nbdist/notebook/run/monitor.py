@@ -327,6 +327,7 @@ class RunMonitor:
                     comm_share=h and h.comm_share,
                     heartbeat_age=None if st.last_seen is None else now - st.last_seen,
                     last_report_age=None if st.last_record is None else now - st.last_record,
+                    mesh=str(h.mesh) if h and h.mesh else None,
                 )
             )
         self.writer.put_health(self.run_id, rows)

@@ -40,13 +40,23 @@ const COLUMNS = [
   ["gpu_util", "gpu %"],
   ["gpu_mb", "gpu MB"],
   ["comm", "comm %"],
+  ["pp", "pp"],
+  ["dp", "dp"],
+  ["tp", "tp"],
   ["stage", "stage"],
   ["idle", "idle %"],
   ["quiet", "quiet s"],
 ];
-// Columns shown only when some rank has a value: a pipeline's stage and its idle (bubble) share.
-const OPTIONAL = new Set(["stage", "idle"]);
+// Columns shown only when some rank has a value: its coordinates in a mesh (nbdist.mesh: "0/2"
+// along each dimension), a pipeline's stage and its idle (bubble) share.
+const MESH = ["pp", "dp", "tp"];
+const OPTIONAL = new Set([...MESH, "stage", "idle"]);
 const TEXT = new Set(["host", "state", "stage"]);
+const TITLES = {
+  pp: "its stage along the mesh's pp dimension (nbdist.mesh): index / size",
+  dp: "its replica along the mesh's dp dimension (nbdist.mesh): index / size",
+  tp: "its shard along the mesh's tp dimension (nbdist.mesh): index / size",
+};
 const WHOLE = new Set(["rank", "steps", "quiet"]);
 // Beyond this many ranks a chart draws their mean alone (the table has every rank).
 const RANK_LINES = 16;
@@ -276,7 +286,11 @@ function render({ model, el: root }) {
       ]),
     );
     hrow.textContent = "";
-    for (const [, label] of columns) hrow.append(el("th", "", label));
+    for (const [key, label] of columns) {
+      const th = el("th", "", label);
+      if (TITLES[key]) th.title = TITLES[key];
+      hrow.append(th);
+    }
     tbody.textContent = "";
     for (const row of rows) {
       const tr = el("tr", "nbd-row-" + row.state);
@@ -288,6 +302,10 @@ function render({ model, el: root }) {
           const state = el("span", "nbd-state nbd-state-" + v, v);
           if (row.error) state.title = row.error;
           td.append(state);
+          tr.append(td);
+        } else if (MESH.includes(key)) {
+          const td = el("td", "nbd-num nbd-mesh", v || MISSING);
+          td.dataset.dim = key;
           tr.append(td);
         } else if (TEXT.has(key)) {
           tr.append(el("td", "nbd-" + key, v || MISSING));
