@@ -47,9 +47,11 @@ def worst(module):
     # the largest difference from the reference, over this rank's weights, by name
     ref = reference()
     inner = getattr(module, "module", module)
-    diffs = [(full(p.detach()) - ref[n]).abs().max().item() for n, p in inner.named_parameters()]
+    diffs = {n: (full(p.detach()) - ref[n]).abs().max().item() for n, p in inner.named_parameters()}
     every = [None] * dist.get_world_size()
-    dist.all_gather_object(every, (nbdist.rank(), str(nbdist_coords()), max(diffs)))
+    dist.all_gather_object(
+        every, (nbdist.rank(), str(nbdist_coords()), max(diffs.values()), sorted(diffs), len(ref))
+    )
     return every
 
 def nbdist_coords():
@@ -95,17 +97,20 @@ def cluster8():
     assert_gone(pids)
 
 
-def _trains_as_one_process(every: list, shape: str) -> None:
+def _trains_as_one_process(every: list, shape: str, whole_on_each: bool = False) -> None:
     assert [e[0] for e in every] == list(range(8))
-    for rank, coords, diff in every:
+    for rank, coords, diff, names, weights in every:
         assert diff < 1e-6, f"rank {rank} ({coords}) is {diff} from one process"
+        # every weight still a parameter after training (DDP over DTensors would lose them)
+        assert len(names) == weights if whole_on_each else names, (rank, names)
+    assert len({n for e in every for n in e[3]}) == every[0][4], "every weight trained somewhere"
     assert len({e[1] for e in every}) == 8, "each rank its own coordinates"
     assert all(e[1].startswith(shape) for e in every), every
 
 
 def test_dp_by_tp_trains_as_one_process(cluster8):
     src = DATA_PARALLEL.replace("DP", "4").replace("TP", "2")
-    _trains_as_one_process(cluster8.run(src), "dp ")
+    _trains_as_one_process(cluster8.run(src), "dp ", whole_on_each=True)
     status = cluster8.status()
     assert [r.get("mesh") for r in status][:3] == [
         "dp 0/4 tp 0/2",

@@ -6,6 +6,8 @@ the uninterrupted run's parameters."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,7 @@ from conftest import assert_gone, kill_when
 from nbdist.config import CellOptions
 from nbdist.errors import DistributedCellError, UsageError
 from nbdist.notebook.magics import _status_table
+from nbdist.worker.checkpoint import contents
 from nbdist.worker.pipeline.stages import _check_layout
 
 STEPS, BATCH, MICRO = 3, 16, 4
@@ -266,15 +269,16 @@ def test_a_pipeline_that_loses_a_rank_resumes_every_stage_from_its_checkpoint(cl
     assert sorted(got) == sorted(want)
     for name in want:  # every stage resumed as it was: Adam's moments included
         np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12, err_msg=name)
-    # the checkpoint kept each rank's own stage: rank 1's file part holds stage 1's layers only
-    saved = torch.load(
-        sorted((tmp_path / "ckpt" / "pipe-ref").glob("step-*.pt"))[-1], weights_only=True
-    )
-    assert [r["stage"] for r in saved["rng"]] == [0, 1]
-    assert sorted(saved["ranks"][1]["model"]) == sorted(saved["ranks"][0]["model"])
-    assert not torch.equal(
-        saved["ranks"][0]["model"]["2.weight"], saved["ranks"][1]["model"]["2.weight"]
-    )
+    # the checkpoint is sharded, each stage under its own prefix, holding its own layers only
+    # (rank 0's stale copy of stage 1's layers is not saved)
+    folder = sorted((tmp_path / "ckpt" / "pipe-ref").glob("step-*.dcp"))[-1]
+    assert json.loads(folder.with_suffix(".json").read_text())["stages"] == [0, 1]
+    keys = contents.load_metadata(folder / ".metadata").state_dict_metadata
+    assert sorted(k for k in keys if ".model." in k) == [
+        f"stage.{s}.model.{layer}.{p}"
+        for s, layer in ((0, 0), (1, 2), (1, 4))
+        for p in ("bias", "weight")
+    ]
 
 
 def test_each_rank_keeps_only_its_own_stage_once_the_model_is_dropped(cluster):

@@ -1,6 +1,8 @@
 """Checkpoints: ``save`` (``nbdist.checkpoint``, ``nbdist.restore``: rank 0 writes, restore
-broadcasts), ``files`` (on disk: atomic, marked, verified, loaded without running code; which
-run a folder belongs to), ``contents`` (what a checkpoint may hold), ``steps``
-(``nbdist.steps``, the resumable loop). Imports ``train/``, ``pipeline/``, the engine's top
-modules and the floor.
+broadcasts), ``sharded`` (a sharded model's: every rank writes its own shards with
+``torch.distributed.checkpoint``; ``statedicts``: what each object becomes, ``storage``: DCP's
+files made private, atomic and safe to read), ``files`` (on disk: atomic, marked, verified,
+loaded without running code), ``owner`` (which run a folder belongs to), ``contents`` (what a
+checkpoint may hold), ``steps`` (``nbdist.steps``, the resumable loop). Imports ``train/``,
+``pipeline/``, the engine's top modules and the floor.
 """

@@ -3,11 +3,17 @@
 ``check_safe`` refuses anything else when it is saved (and already at ``restore``), in one line
 naming the object and the fix, not when it would be loaded: a checkpoint that could not be
 loaded without running code is never written.
+
+A sharded checkpoint's ``.metadata`` is a pickle (``torch.distributed.checkpoint`` writes it so,
+and its own reader would load it with ``pickle.load``): ``load_metadata`` unpickles only the
+records DCP's metadata is made of, and refuses any other name in one line, without calling it.
 """
 
 from __future__ import annotations
 
 import functools
+import pickle
+from pathlib import Path
 from typing import Any
 
 from ...errors import UsageError
@@ -70,3 +76,61 @@ def check_safe(name: str, value: Any) -> None:
             f"nbdist.checkpoint: {where} is a {kind}, which a checkpoint cannot hold safely "
             f"(loading it could run code): {_fix(name if not path else 'it', v)}"
         )
+
+
+@functools.cache
+def _metadata_names() -> dict[tuple[str, str], Any]:
+    """(module, name) -> object, for every global a DCP metadata pickle may name: its own
+    dataclasses and enum, torch.Size, dtypes and layouts (by name), OrderedDict and paths."""
+    import collections
+    import pathlib
+
+    import torch
+    from torch.distributed.checkpoint import filesystem, metadata
+
+    layouts = {str(v): v for v in vars(torch).values() if isinstance(v, torch.layout)}
+    names: dict[tuple[str, str], Any] = {
+        ("collections", "OrderedDict"): collections.OrderedDict,
+        ("torch", "Size"): torch.Size,
+        ("torch.serialization", "_get_layout"): layouts.__getitem__,  # str -> layout only
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): filesystem._StorageInfo,
+    }
+    for name in (*metadata.__all__, "_MEM_FORMAT_ENCODING"):
+        names[("torch.distributed.checkpoint.metadata", name)] = getattr(metadata, name)
+    for name, value in vars(torch).items():
+        if isinstance(value, torch.dtype):
+            names[("torch", name)] = value
+    for module in ("pathlib", "pathlib._local"):  # where a checkpoint_id path pickles from
+        for name in ("PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"):
+            names[(module, name)] = pathlib.PurePosixPath  # a name only: never opened
+    return names
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def __init__(self, file: Any, path: Path) -> None:
+        super().__init__(file)
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = _metadata_names().get((module, name))
+        if found is None:
+            raise UsageError(
+                f"{self._path} names {module}.{name}, which a checkpoint's metadata never holds: "
+                "refused to load it (loading it could run code); delete that checkpoint"
+            )
+        return found
+
+
+def load_metadata(path: Path) -> Any:
+    """The DCP ``Metadata`` pickled in ``path``, unpickled with only DCP's own records allowed:
+    anything else is refused in one line naming the file (a UsageError), and never called."""
+    with open(path, "rb") as f:
+        try:
+            return _MetadataUnpickler(f, path).load()
+        except UsageError:
+            raise
+        except Exception as e:  # a truncated or garbled pickle
+            raise UsageError(
+                f"{path} is not a checkpoint's metadata ({type(e).__name__}: {e}): delete that "
+                "checkpoint"
+            ) from None

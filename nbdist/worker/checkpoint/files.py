@@ -1,20 +1,18 @@
 """Checkpoint files: where a run's checkpoints live, how one is written, and which one loads.
 
-Layout: ``<dir>/<run>/step-00000120.pt`` and its marker ``step-00000120.json`` (size and
-SHA-256). Each run has a folder of its own, so runs sharing a ``dir`` never load or prune each
-other's checkpoints. The number is the index of the last step done, padded to 8 digits and as
-wide as it needs beyond; names are read as numbers and sorted as numbers.
+Layout: ``<dir>/<run>/step-00000120.pt`` (gathered: one file, written by rank 0) or
+``step-00000120.dcp/`` (sharded: a folder of every rank's shards, ``sharded``), and its marker
+``step-00000120.json`` (the size and SHA-256 of each file). Each run has a folder of its own, so
+runs sharing a ``dir`` never load or prune each other's checkpoints. The number is the index of
+the last step done, padded to 8 digits and as wide as it needs beyond; names are read as numbers
+and sorted as numbers; the newest checkpoint that verifies wins, whatever its format.
 
 Written privately and atomically: folders are created 0700 and files 0600 (a checkpoint holds
-the model), the data goes to a temporary file that is synced and renamed, then the marker the
-same way. A checkpoint counts only when its marker exists and matches, so a crash mid-write is
-never loaded. A write that fails removes its temporary file and raises ``CheckpointWriteError``
-naming the folder and the cause: the storage's fault, which ``--restarts`` retries.
-
-A folder belongs to one run at a time: ``run.json`` names the run that writes there (its id, kept
-across nbdist's restarts and replays). A new run under a name that holds an earlier run's
-checkpoints starts afresh, and those move aside to ``<name>.earlier-<time>`` beside it (nothing
-is deleted), unless the person asked to resume (``--resume``): ``claim``.
+the model), the data goes to a temporary file (or folder) that is synced and renamed, then the
+marker the same way. A checkpoint counts only when its marker exists and matches, so a crash
+mid-write is never loaded. A write that fails removes its temporary file and raises
+``CheckpointWriteError`` naming the folder and the cause: the storage's fault, which
+``--restarts`` retries. Which run a folder belongs to: ``owner``.
 
 A folder given as ``dir=`` must be the person's own, like the data folder: one that others may
 write (without the sticky bit) could have checkpoints planted or swapped in. Pruning keeps the
@@ -22,7 +20,8 @@ newest ``keep`` checkpoints that verify (size and SHA-256, each file hashed once
 so a corrupt newer file never costs a good older one.
 
 Loaded with ``torch.load(weights_only=True)``: a checkpoint holds tensors and plain values only
-(``contents.check_safe``), so a file planted in the folder cannot run code.
+(``contents.check_safe``), and a sharded one's metadata only DCP's own records
+(``contents.load_metadata``), so a file planted in the folder cannot run code.
 """
 
 from __future__ import annotations
@@ -33,20 +32,22 @@ import io
 import json
 import os
 import re
+import shutil
 import socket
 import stat
-import time
 import warnings
 from pathlib import Path
 
 from ...errors import CheckpointWriteError, UsageError
+from . import contents
 
 FORMAT = 2  # payloads hold only what a weights-only load accepts
 #: The first torch whose weights-only loader has no known way to run code (CVE-2025-32434).
 SAFE_TORCH = "2.6"
-_NAME = re.compile(r"step-([0-9]+)\.pt")  # names are matched whole (fullmatch)
-_TEMP = re.compile(r"\.step-[0-9]+\.(pt|json)\.(?P<host>.+)\.(?P<pid>[0-9]+)\.tmp")
+_NAME = re.compile(r"step-([0-9]+)\.(pt|dcp)")  # names are matched whole (fullmatch)
+_TEMP = re.compile(r"\.step-[0-9]+\.(pt|json|dcp)\.(?P<host>.+)\.(?P<pid>[0-9]+)\.tmp")
 _RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_SHARD = re.compile(r"\.?[A-Za-z0-9_][A-Za-z0-9_.]{0,99}")  # a file DCP writes
 #: Causes that are the storage's, not the person's: a write failing so is retried.
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.ESTALE}
 
@@ -118,7 +119,7 @@ def _make_dirs(folder: Path) -> None:
             os.chmod(d, 0o700)
 
 
-def _storage_error(what: str, folder: Path, e: OSError) -> CheckpointWriteError:
+def storage_error(what: str, folder: Path, e: OSError) -> CheckpointWriteError:
     cause = e.strerror or type(e).__name__
     return CheckpointWriteError(
         f"nbdist.checkpoint: could not {what} in {folder} ({cause}): free space there or pass "
@@ -137,7 +138,7 @@ def prepare(folder: Path) -> Path:
         raise UsageError(f"checkpoint folder {folder!r} cannot be made: {e}") from None
     except OSError as e:
         if e.errno in _STORAGE_ERRNOS:
-            raise _storage_error("write", folder, e) from None
+            raise storage_error("write", folder, e) from None
         where = Path(e.filename) if e.filename else folder
         shown = next((p for p in (folder, *folder.parents) if where == p), folder)
         raise UsageError(
@@ -147,13 +148,14 @@ def prepare(folder: Path) -> Path:
     return folder
 
 
-def _temp_name(path: Path) -> Path:
+def temp_name(path: Path) -> Path:
+    """The temporary name ``path`` is written under, by this process on this host."""
     return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     """``data`` into ``path``, whole or not at all: a private temporary file, synced, renamed."""
-    tmp = _temp_name(path)
+    tmp = temp_name(path)
     tmp.unlink(missing_ok=True)  # left by a killed process that had our pid
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
@@ -181,79 +183,34 @@ def write(folder: Path, step: int, data: bytes) -> None:
     name = stem(step)
     marker = {"step": step, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     try:
-        _write_atomic(folder / f"{name}.pt", data)
-        _verified[folder / f"{name}.pt"] = _stamp(folder / f"{name}.pt")  # hashed as written
+        remove(folder / f"{name}.dcp")  # a sharded checkpoint of this step: replaced
+        write_atomic(folder / f"{name}.pt", data)
+        trust(folder / f"{name}.pt")  # hashed as written
         try:
-            _write_atomic(folder / f"{name}.json", json.dumps(marker).encode())
+            write_atomic(folder / f"{name}.json", json.dumps(marker).encode())
         except BaseException:
             (folder / f"{name}.pt").unlink(missing_ok=True)  # no marker: it would never count
             raise
     except OSError as e:
-        raise _storage_error(f"write {name}.pt", folder, e) from None
-
-
-def claim(folder: Path, run_id: str, resume: bool) -> str:
-    """Make the prepared ``folder`` the checkpoints' folder of run ``run_id`` (the same id
-    across the run's restarts and replays); the line to show the person, or "".
-
-    A folder another run wrote into is that run's: unless ``resume``, its checkpoints move
-    aside to ``<name>.earlier-<time>`` beside it and this run starts afresh."""
-    if _owner(folder) == run_id:
-        return ""
-    done = complete(folder)
-    if done and not resume:
-        aside = _aside(folder)
-        try:
-            os.rename(folder, aside)
-        except OSError as e:
-            raise UsageError(
-                f"nbdist: {folder} holds an earlier run's checkpoints, which could not be moved "
-                f"aside ({e.strerror}): pass run= another name, or move them yourself"
-            ) from None
-        prepare(folder)
-    try:
-        _write_atomic(folder / _CLAIM, json.dumps({"run": run_id, "at": time.time()}).encode())
-    except OSError as e:
-        raise _storage_error(f"write {_CLAIM}", folder, e) from None
-    if done and not resume:
-        return (
-            f"nbdist: run {folder.name!r} already had checkpoints ({done[0][0] + 1} steps done) "
-            f"from an earlier run: this run starts afresh, and those moved to {aside}; to "
-            "continue that run instead, run the cell again with --resume"
-        )
-    if resume and not done:
-        return f"nbdist: --resume: run {folder.name!r} has no checkpoint yet: it starts afresh"
-    return ""
-
-
-_CLAIM = "run.json"  # which run writes into the folder
-
-
-def _owner(folder: Path) -> str | None:
-    try:
-        return json.loads((folder / _CLAIM).read_text()).get("run")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _aside(folder: Path) -> Path:
-    """A free name beside ``folder`` for an earlier run's checkpoints."""
-    base = f"{folder.name}.earlier-{time.strftime('%Y%m%d-%H%M%S')}"
-    for n in range(1, 1000):
-        aside = folder.with_name(base if n == 1 else f"{base}-{n}")
-        if not aside.exists():
-            return aside
-    raise UsageError(f"nbdist: too many earlier runs beside {folder}: run %nbdist gc")
+        raise storage_error(f"write {name}.pt", folder, e) from None
 
 
 def complete(folder: Path) -> list[tuple[int, Path]]:
-    """The checkpoints with a marker, as (step, data file), newest first."""
+    """The checkpoints with a marker, as (step, data file or folder), newest first."""
     found = []
-    for f in folder.glob("step-*.pt"):
+    for f in folder.glob("step-*"):
         m = _NAME.fullmatch(f.name)
         if m and f.with_suffix(".json").exists():
             found.append((int(m.group(1)), f))
     return sorted(found, key=lambda sf: sf[0], reverse=True)
+
+
+def remove(path: Path) -> None:
+    """``path`` gone, a file or a folder (a sharded checkpoint) alike."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def prune(folder: Path, keep: int) -> None:
@@ -267,23 +224,37 @@ def prune(folder: Path, keep: int) -> None:
     for _, path in done:
         if good >= max(2, keep):
             path.with_suffix(".json").unlink(missing_ok=True)
-            path.unlink(missing_ok=True)
+            remove(path)
         elif _verifies(path):
             good += 1
     newest = done[0][0] if done else -1
-    for f in folder.glob("step-*.pt"):
+    for f in folder.glob("step-*"):
         m = _NAME.fullmatch(f.name)
         if m and int(m.group(1)) < newest and not f.with_suffix(".json").exists():
-            f.unlink(missing_ok=True)
+            remove(f)
     here = socket.gethostname()
     for f in folder.glob(".step-*.tmp"):
         m = _TEMP.fullmatch(f.name)
         if m and m["host"] == here and not _alive(int(m["pid"])):
-            f.unlink(missing_ok=True)
+            remove(f)
+
+
+def digest(path: Path) -> tuple[int, str]:
+    """``path``'s size and SHA-256, read a MiB at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return path.stat().st_size, h.hexdigest()
 
 
 #: Files that verified, as (size, mtime_ns) when they did: each is hashed once per process.
 _verified: dict[Path, tuple[int, int]] = {}
+
+
+def trust(path: Path) -> None:
+    """Count ``path`` as verified until it changes: its writer hashed it as it wrote it."""
+    _verified[path] = _stamp(path)
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -301,11 +272,31 @@ def _read_verified(path: Path) -> bytes:
     return data
 
 
+def _verify_folder(path: Path) -> dict:
+    """The marker of the sharded checkpoint ``path`` once every file in it is one it lists,
+    of the size and SHA-256 it lists; a ValueError otherwise."""
+    marker = json.loads(path.with_suffix(".json").read_text())
+    listed = marker.get("files") if marker.get("format") == "dcp" else None
+    if not isinstance(listed, dict) or not all(_SHARD.fullmatch(n) for n in listed):
+        raise ValueError("its marker is not a sharded checkpoint's")
+    if {p.name for p in path.iterdir()} != set(listed):
+        raise ValueError("its files are not the ones its marker lists")
+    for name, (size, sha) in listed.items():
+        f = path / name
+        if _verified.get(f) == _stamp(f):
+            continue
+        if not stat.S_ISREG(os.lstat(f).st_mode) or digest(f) != (size, sha):
+            raise ValueError(f"checksum mismatch in {name}")
+        _verified[f] = _stamp(f)
+    return marker
+
+
 def _verifies(path: Path) -> bool:
     try:
-        if _verified.get(path) == _stamp(path):
-            return True
-        _read_verified(path)
+        if path.suffix == ".dcp":
+            _verify_folder(path)
+        elif _verified.get(path) != _stamp(path):
+            _read_verified(path)
         return True
     except (OSError, ValueError, KeyError, TypeError):
         return False
@@ -321,7 +312,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _refusal(e: Exception) -> str:
+def refusal(e: Exception) -> str:
     """torch's paragraph on a refused load, as one line: the object it would not build."""
     lines = [s.strip() for s in str(e).splitlines() if s.strip()]
     detail = [s for s in lines[1:] if not s.startswith(("Check the documentation", "Please file"))]
@@ -343,15 +334,21 @@ def load_latest(folder: Path) -> tuple[dict | None, list[str]]:
     skipped: list[str] = []
     if not folder.is_dir():
         return None, skipped
-    for _, path in complete(folder):
+    for step, path in complete(folder):
         try:
+            if path.suffix == ".dcp":  # every rank loads its part: say where, and what it holds
+                marker = _verify_folder(path)
+                if marker.get("step") != step:
+                    raise ValueError(f"its marker is step {marker.get('step')}'s")
+                contents.load_metadata(path / ".metadata")
+                return {"format": "dcp", "step": step, "path": str(path), **marker}, skipped
             data = _read_verified(path)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     payload = torch.load(io.BytesIO(data), weights_only=True)
             except pickle.UnpicklingError as e:
-                raise ValueError(_refusal(e)) from None
+                raise ValueError(refusal(e)) from None
             if not isinstance(payload, dict) or payload.get("format") != FORMAT:
                 raise ValueError("not a checkpoint of this nbdist version")
             return payload, skipped

@@ -10,11 +10,15 @@ Where they live: rank 0 writes them, on rank 0's host, into a folder of this run
 ``dir`` (default: the engine's ``$NBDIST_DATA_DIR/checkpoints``). The run is the cell's run,
 kept across nbdist's automatic restarts and replays; name it (``run="exp1"``) to resume it
 from another cell or another kernel with ``--resume`` (without it, a new run under a name
-that has checkpoints starts afresh, and those move aside: ``files.claim``). ``restore`` reads
+that has checkpoints starts afresh, and those move aside: ``owner.claim``). ``restore`` reads
 on rank 0 only and broadcasts the state over the process group, so engines on other hosts need
 no access to the files. Point ``dir`` at a shared file system (a folder of your own) if rank
 0's host itself may be lost. How files are written, verified and loaded (without running
 code): ``files``.
+
+A model sharded over ranks (DTensor weights: tensor parallel, FSDP2) or a pipeline's stages
+are saved sharded instead (``sharded``): every rank writes its own shards into the run's
+folder, which every host must then see, and no rank gathers the model.
 
 What is saved: for each keyword, ``obj.state_dict()`` when it has one (models, optimizers, LR
 schedulers), else the object itself, which must be tensors and plain values (dicts, lists,
@@ -37,7 +41,7 @@ from typing import Any
 from ...errors import UsageError
 from .. import context, reporter
 from ..state import engine
-from . import contents, files
+from . import contents, files, owner, sharded, statedicts
 
 Folder = str | os.PathLike | None
 
@@ -56,7 +60,7 @@ def _folder(dir: Folder, run: str | None) -> Path:
     folder = files.prepare(files.run_folder(dir, engine.run_key if run is None else run))
     claim = (str(folder), engine.run_id)
     if claim not in engine.claimed:
-        note = files.claim(folder, engine.run_id, engine.resume)
+        note = owner.claim(folder, engine.run_id, engine.resume)
         engine.claimed.add(claim)
         if note:
             print(note)
@@ -131,10 +135,9 @@ def _own_states(state: dict) -> list | None:
     rank 0 (None elsewhere, and when there are none); tensors travel on the CPU."""
     import torch.distributed as dist
 
-    from ..pipeline import stages as pipeline
     from ..train import sync
 
-    local = {k: v for k, v in state.items() if sync.is_rank_local(v) or pipeline.holds_stage(v)}
+    local = {k: v for k, v in state.items() if sync.is_rank_local(v)}
     if not local:  # the same answer on every rank: they prepared the same way
         return None
     mine = _on_cpu(_saved_form(local))
@@ -170,13 +173,15 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
 
     gens, rest = _split(state)
     stage = engine.pipeline.stage if engine.pipeline is not None else None
-    rngs = _gather(
-        {
-            "rng": _rng_state(),
-            "generators": {k: g.get_state() for k, g in gens.items()},
-            "stage": stage,
-        }
-    )
+    record = {
+        "rng": _rng_state(),
+        "generators": {k: g.get_state() for k, g in gens.items()},
+        "stage": stage,
+    }
+    if statedicts.is_sharded(rest):  # every rank writes its own shards
+        sharded.save(step, lambda: _folder(dir, run), keep, rest, record)
+        return
+    rngs = _gather(record)
     own = _own_states(rest)
     if context.current().rank != 0:
         return
@@ -237,7 +242,11 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
 
     info = context.current()
     gens, rest = _split(state)
-    _saved_form(rest)  # refuse now what the first checkpoint would refuse
+    is_sharded = statedicts.is_sharded(rest)
+    if is_sharded:  # refuse now what the first checkpoint would refuse
+        statedicts.check(rest)
+    else:
+        _saved_form(rest)
     payload = None
     skipped: list[str] = []
     if info.rank == 0:  # the folder must take the checkpoints to come: say so before training
@@ -251,6 +260,15 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
     if payload is None:
         engine.restored = {}
         return 0
+    if payload["format"] == "dcp":  # every rank reads its own part
+        mine, engine.restored = sharded.load(payload, rest, gens)
+        return _resumed(payload["step"], mine, gens, info.rank)
+    if is_sharded:
+        raise UsageError(
+            f"nbdist.restore: the latest checkpoint of this run (step {payload['step']}) holds "
+            "whole models, and these are sharded: restore it into the model as it was built "
+            "then, or pass run= a new run"
+        )
     saved = payload["state"]
     rngs = payload["rng"]
     mine = rngs[info.rank] if len(rngs) == info.world_size else None
@@ -260,7 +278,7 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
         raise UsageError(
             f"nbdist.restore: the checkpoint has no {missing}; it holds {sorted(saved)}"
         )
-    own = _own_saved(payload.get("ranks"), rngs, info.rank, info.world_size)
+    own = _own_saved(payload.get("ranks"), info.rank, info.world_size)
     for k, obj in rest.items():
         target = _unwrap(obj)
         if hasattr(target, "load_state_dict"):
@@ -271,35 +289,25 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
     engine.restored = {
         k: v for k, v in saved.items() if not hasattr(_unwrap(rest.get(k)), "load_state_dict")
     }
+    return _resumed(payload["step"], mine, gens, info.rank)
+
+
+def _resumed(step: int, mine: dict | None, gens: dict, rank: int) -> int:
+    """The random states put back (``mine``: this rank's, None when the world size changed),
+    the resumption announced; the step to continue from."""
     if mine is not None:  # same world size: every rank gets its own random state back
         _set_rng_state(mine["rng"])
         for k, g in gens.items():
             g.set_state(mine["generators"][k])
-    if info.rank == 0:  # the dashboard and the run store show where the run picked up
-        reporter.event(
-            "resumed",
-            f"resumed from the checkpoint of step {payload['step']}",
-            step=payload["step"] + 1,
-        )
-    return payload["step"] + 1
+    if rank == 0:  # the dashboard and the run store show where the run picked up
+        reporter.event("resumed", f"resumed from the checkpoint of step {step}", step=step + 1)
+    return step + 1
 
 
-def _own_saved(own: list | None, rngs: list, rank: int, world_size: int) -> dict:
-    """What this rank saved itself, of the objects that differ between ranks. With another world
-    size: a pipeline stage's from a rank that held the same stage, and rank 0's otherwise."""
-    if not own:
-        return {}
-    if len(own) == world_size:
-        return own[rank]
-    if engine.pipeline is None:
-        return {}
-    stages = [r.get("stage") for r in rngs]
-    if engine.pipeline.stage not in stages:
-        raise UsageError(
-            f"nbdist.restore: the checkpoint holds stages {sorted(set(stages) - {None})}, not "
-            f"stage {engine.pipeline.stage}: split the model as the checkpointed run did"
-        )
-    return own[stages.index(engine.pipeline.stage)]
+def _own_saved(own: list | None, rank: int, world_size: int) -> dict:
+    """What this rank saved itself, of the objects that differ between ranks; with another
+    world size, nothing (rank 0's, saved for everyone, is loaded)."""
+    return own[rank] if own and len(own) == world_size else {}
 
 
 def restored() -> dict:

@@ -5,8 +5,8 @@ parallelism: checks (one line each, before any communication), the tensor-parall
 Order, for a model on the meta device or not: the plan turns the named layers' weights into
 ``tp`` shards; FSDP (``strategy="fsdp"``) then shards what remains over ``dp``; a meta model
 is materialised (``materialize``) once its layout is known, so each rank allocates only its
-part; DDP then wraps it over ``dp`` (with tensor parallelism, through torch's
-``_pre_dp_module_transform``, DDP's documented way over DTensor weights). With ``pp`` in the
+part; DDP then wraps it over ``dp``, or with tensor parallelism torch's FSDP2-based
+``replicate`` (DDP cannot keep DTensor weights: see ``replicate``). With ``pp`` in the
 mesh, ``prepare`` takes a pipeline's stage: it applies the plan, and the pipeline averages the
 stage's gradients over ``dp`` itself.
 """
@@ -90,6 +90,34 @@ def has_shards(model: Any) -> bool:
     from torch.distributed.tensor import DTensor
 
     return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def broadcast_weights(model: Any, group: Any) -> None:
+    """Every rank of ``group`` (None: the world) starts from its first rank's weights (each
+    tensor-parallel shard from the first rank holding the same shard), as DDP does."""
+    import torch
+    import torch.distributed as dist
+
+    first = dist.get_global_rank(group, 0) if group is not None else 0
+    with torch.no_grad():
+        for t in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(t.to_local() if hasattr(t, "to_local") else t, src=first, group=group)
+
+
+def replicate(model: Any, dp_mesh: Any, policy: Any) -> Any:
+    """``model``, whose weights are tensor-parallel DTensors, made data parallel over
+    ``dp_mesh`` with torch's FSDP2-based ``replicate``: each child with weights a unit (its
+    gradients all-reduced while the backward goes on), then the root. DDP cannot hold DTensor
+    weights: over tensor parallelism its ``_pre_dp_module_transform`` turns them into plain
+    attributes after the first forward, out of ``parameters()`` and ``state_dict()``."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate as torch_replicate
+
+    broadcast_weights(model, dp_mesh.get_group())
+    for child in model.children():
+        if any(True for _ in child.parameters()):
+            torch_replicate(child, mesh=dp_mesh, mp_policy=policy)
+    torch_replicate(model, mesh=dp_mesh, mp_policy=policy)
+    return model
 
 
 def rebind(optimizer: Any, names: dict[int, str], model: Any, why: str) -> None:

@@ -145,12 +145,11 @@ def prepare(
         model = materialize.materialize(model) if meta else model
         layout.rebind(optimizer, names, model, "a tensor-parallel plan or a meta model")
         group = on_mesh.dp_group if on_mesh is not None else None
-        if group is not None and layout.has_shards(model):
-            from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
-
-            _pre_dp_module_transform(model)  # DDP's own way over tensor-parallel weights
-        flags = (static_graph, find_unused_parameters, local is None)
-        wrapped = _ddp(model, device, dtype, *flags, cap, group)
+        if group is not None and layout.has_shards(model):  # DDP cannot hold DTensor weights
+            wrapped = layout.replicate(model, on_mesh.dp_mesh, _policy(dtype))
+        else:
+            flags = (static_graph, find_unused_parameters, local is None)
+            wrapped = _ddp(model, device, dtype, *flags, cap, group)
 
         if local is not None:  # the warm-up all-reduces as compress= says, then nothing
             reduce = None if compress is None else _compressor(compress)
@@ -268,6 +267,13 @@ def _to_float32(obj):
     return obj
 
 
+def _policy(dtype):
+    """FSDP2's mixed precision: compute in ``dtype`` (None: as stored), reduce and return fp32."""
+    return torch.distributed.fsdp.MixedPrecisionPolicy(
+        param_dtype=dtype, reduce_dtype=torch.float32, output_dtype=torch.float32
+    )
+
+
 def _fsdp(model, dtype, dp_mesh=None, meta: bool = False):
     """Shard ``model`` with torch's ``fully_shard`` (over ``dp_mesh``, or every rank): each
     child with parameters, then the root. A meta model is materialised once sharded."""
@@ -277,16 +283,9 @@ def _fsdp(model, dtype, dp_mesh=None, meta: bool = False):
             f"strategy='fsdp' needs torch >= 2.6 (fully_shard); this is torch "
             f"{torch.__version__}: upgrade torch, or use strategy='ddp'"
         )
-    policy = fsdp.MixedPrecisionPolicy(
-        param_dtype=dtype, reduce_dtype=torch.float32, output_dtype=torch.float32
-    )
-    group = dp_mesh.get_group() if dp_mesh is not None else None
+    policy = _policy(dtype)
     if not meta:  # start from the weights of the group's first rank, as DDP does
-        first = dist.get_global_rank(group, 0) if group is not None else 0
-        with torch.no_grad():
-            for t in [*model.parameters(), *model.buffers()]:
-                local = t.to_local() if hasattr(t, "to_local") else t
-                dist.broadcast(local, src=first, group=group)
+        layout.broadcast_weights(model, dp_mesh.get_group() if dp_mesh is not None else None)
     try:
         for child in model.children():
             has_params = any(True for _ in child.parameters())
