@@ -37,6 +37,7 @@ BENCHMARKS = (
     "bench_recovery",
     "bench_slow_link",
     "bench_pipeline",
+    "bench_mesh",
     "bench_sweep",
     "bench_debug",
     "bench_server",

@@ -111,3 +111,55 @@ def test_debugging_notebook_shows_each_tool(tmp_path, monkeypatch):
     # tqdm's bar in its final state, and the print after it on a line of its own
     assert re.search(r"epoch 1: 100%\|\S+\| 30/30", joined), joined
     assert "done" in [line.strip() for line in joined.splitlines()]
+
+
+def test_mesh_notebook_splits_layers_and_trains_as_one_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBDIST_DATA_DIR", str(tmp_path / "data"))
+    texts = _execute("mesh.ipynb", tmp_path)
+    joined = "\n".join(texts)
+    total = int(
+        re.search(r"([\d,]+) parameters, \d+% of them in the blocks", joined)
+        .group(1)
+        .replace(",", "")
+    )
+    assert "on the meta device: True" in joined
+
+    # dp=2 × tp=2: tp innermost; each rank holds half of every split layer, the rest whole
+    held = re.findall(
+        r"\[rank (\d)\] rank \1 \(dp (\d), tp (\d)\): split layers ([\d,]+) of ([\d,]+) "
+        r"parameters, whole ones ([\d,]+);",
+        joined,
+    )
+    assert sorted((int(r), int(d), int(t)) for r, d, t, *_ in held) == [
+        (0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1),
+    ], joined  # fmt: skip
+    for *_, mine, of, rest in held:
+        mine, of, rest = (int(n.replace(",", "")) for n in (mine, of, rest))
+        assert 2 * mine == of and mine + rest < 0.6 * total and of + rest == total, held
+    assert "dp 1/2 tp 0/2" in joined  # %nbdist status shows the coordinates
+
+    # what each dimension sends: 2 all-reduces forward and 4 backward per block; dp some
+    assert "tp: 4 all-reduces forward and 8 backward (6 per block)" in joined, joined
+    dp = re.search(r"dp: (\d+) all-reduces of this rank's gradients", joined)
+    assert dp and int(dp.group(1)) >= 1, joined
+
+    # trained as one process does on the whole batch, at every step
+    gap = re.search(r"largest difference from dp=2 × tp=2 over the 40 steps: (\S+)", joined)
+    assert gap and float(gap.group(1)) < 1e-4, joined
+    for layout in ("dp=2 × tp=2", "pp=2 × dp=2"):
+        first, last = map(
+            float, re.search(rf"{layout}: the loss fell from ([\d.]+) to ([\d.]+)", joined).groups()
+        )
+        assert first > 3.5 and last < 2.6, (layout, first, last)
+
+    # pp=2 × dp=2: pp outermost, each rank one stage, the two stages the whole model
+    stages = re.findall(
+        r"\[rank (\d)\] rank \1 \(pp (\d), dp (\d)\): ([\w, ]+); ([\d,]+) of", joined
+    )
+    assert sorted((r, p, layers) for r, p, _, layers, _ in stages) == [
+        ("0", "0", "embed, block0"), ("1", "0", "embed, block0"),
+        ("2", "1", "block1, norm, head"), ("3", "1", "block1, norm, head"),
+    ], joined  # fmt: skip
+    assert sum({p: int(n.replace(",", "")) for _, p, _, _, n in stages}.values()) == total
+    assert "same training in every layout: True" in joined
+    assert "nbdist: cluster stopped" in joined
