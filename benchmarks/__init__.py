@@ -57,6 +57,20 @@ class Result:
         return _OPS[op](self.ratio, float(threshold))
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def threads_each(workers: int) -> int:
+    """Each of ``workers`` processes' share of the cores, so together they fill the machine
+    without oversubscribing it."""
+    return max(1, cores() // workers)
+
+
 def _fmt(x: float) -> str:
     if x != x:  # nan
         return "-"

@@ -26,7 +26,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from . import Result, table
+from . import Result, cores, table
 
 #: Every benchmark, in the order the table shows them (modules of this package).
 BENCHMARKS = (
@@ -164,13 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     timeout = args.timeout or (300 if args.tiny else 1200)
     import torch
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count()
     print(
         f"nbdist benchmarks{' (TINY: smoke run, not figures)' if args.tiny else ''}: "
-        f"{platform.node()}, {cores} cores, Python {platform.python_version()}, "
+        f"{platform.node()}, {cores()} cores, Python {platform.python_version()}, "
         f"torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M')}, {_load()}",
         flush=True,
     )

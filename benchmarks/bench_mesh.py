@@ -38,14 +38,13 @@ Figures, each the worst rank's, with every rank's in the note:
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import Result, private_data_dir
+from . import Result, private_data_dir, threads_each
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = 4
@@ -321,18 +320,10 @@ def _rounds(s: Sizes, threads: int, ckpt: str) -> dict[str, list[list[dict]]]:
     return got
 
 
-def _threads() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, cores // WORKERS)
-
-
 def run(tiny: bool = False, **sizes) -> list[Result]:
     """Memory and throughput of each layout against one process, and checkpoint times."""
     s = replace(TINY if tiny else FULL, **sizes)
-    threads = _threads()
+    threads = threads_each(WORKERS)
     with private_data_dir("nbdist-bench-mesh-") as tmp:
         got = _rounds(s, threads, tempfile.mkdtemp(dir=tmp, prefix="ckpt-"))
     last = {k: v[-1] for k, v in got.items()}  # memory: the last round's (bytes held are exact)

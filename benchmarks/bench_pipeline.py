@@ -29,13 +29,12 @@ Figures, each rank's and then the worst or the mean over ranks:
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import Result, private_data_dir
+from . import Result, private_data_dir, threads_each
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = STAGES = 2
@@ -253,14 +252,6 @@ def _rounds(s: Sizes, threads: int) -> dict[str, list[list[dict]]]:
     return got
 
 
-def _threads() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, cores // WORKERS)
-
-
 def _mb(x: float) -> float:
     return x / 2**20
 
@@ -268,7 +259,7 @@ def _mb(x: float) -> float:
 def run(tiny: bool = False, **sizes) -> list[Result]:
     """Memory, throughput and idle share of the 2-stage pipeline against its baselines."""
     s = replace(TINY if tiny else FULL, **sizes)
-    threads = _threads()
+    threads = threads_each(WORKERS)
     with private_data_dir("nbdist-bench-pipe-"):
         got = _rounds(s, threads)
     last = {k: v[-1] for k, v in got.items()}  # memory: the last round's (bytes held are exact)

@@ -21,7 +21,6 @@ side goes first; figures are medians.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -29,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import psutil
 
-from . import Result, private_data_dir
+from . import Result, cores, private_data_dir, threads_each
 
 WORKERS = 2
 RATES = (0.1, 0.03, 0.01, 0.003)
@@ -104,17 +103,6 @@ def _cpu(procs: list[psutil.Process]) -> float:
     return total
 
 
-def _threads() -> int:
-    return max(1, _cores() // WORKERS)
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def _rounds(s: Sizes, threads: int) -> dict[tuple[str, str], list[tuple[float, float, float]]]:
     """Each model both ways, ``repeats`` times; per (model, side), per round: wall seconds, CPU
     seconds of the engines, CPU seconds of this process."""
@@ -164,7 +152,7 @@ def _rounds(s: Sizes, threads: int) -> dict[tuple[str, str], list[tuple[float, f
 def run(tiny: bool = False, **sizes) -> list[Result]:
     """Wall time to train 4 learning rates: sweep of 1-rank trials / 2-rank runs in turn."""
     s = replace(TINY if tiny else FULL, **sizes)
-    threads = _threads()
+    threads = threads_each(WORKERS)
     with private_data_dir("nbdist-bench-sweep-"):
         got = _rounds(s, threads)
     results = []
@@ -181,7 +169,7 @@ def run(tiny: bool = False, **sizes) -> list[Result]:
                 med(se, 0),
                 "s",
                 note=f"(CPU s engines+kernel: sweep {med(sw, 1):.3g}+{med(sw, 2):.2g}, "
-                f"in turn {med(se, 1):.3g}+{med(se, 2):.2g}; {_cores()} cores, "
+                f"in turn {med(se, 1):.3g}+{med(se, 2):.2g}; {cores()} cores, "
                 f"{threads} thread(s)/engine; spread {_spread([r[0] for r in sw])} vs "
                 f"{_spread([r[0] for r in se])})",
             )

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, replace
 
-from . import Result
+from . import Result, threads_each
 from ._kernel import ROOT, Kernel
 from .workloads import MODELS
 
@@ -47,11 +47,7 @@ TINY = Sizes(steps=2, warmup=1, repeats=1, mlp=(8, 32), cnn=(4, 32))
 
 def threads_per_worker() -> int:
     """Half this machine's cores each, so that two workers fill it without oversubscribing."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, cores // WORKERS)
+    return threads_each(WORKERS)
 
 
 def reporting_available() -> bool:

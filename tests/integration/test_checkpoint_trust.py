@@ -95,25 +95,6 @@ def test_steps_resumes_a_killed_run_exactly_from_its_checkpoint(cluster, referen
 # -- a full disk: a real tmpfs of 64 KiB -------------------------------------------------------
 
 
-@pytest.fixture
-def full_disk(tmp_path):
-    """A 64 KiB tmpfs (root only), unmounted afterwards."""
-    where = tmp_path / "small"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        if subprocess.run(["umount", str(where)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(where)], check=True)
-
-
 WRITE_BIG = """
 import os, torch
 with open(ATTEMPTS, "a") as f:

@@ -268,25 +268,6 @@ def test_a_planted_metadata_pickle_is_refused_without_running_it(cluster4, fsdp_
     assert not mark.exists()
 
 
-@pytest.fixture
-def full_disk(tmp_path):
-    """A 64 KiB tmpfs (root only), unmounted afterwards."""
-    where = tmp_path / "small"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        if subprocess.run(["umount", str(where)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(where)], check=True)
-
-
 def test_a_full_disk_is_one_retryable_line_on_every_rank_and_leaves_nothing(cluster4, full_disk):
     with pytest.raises(DistributedCellError) as e:  # a quarter of 0.5 MB per rank: never fits
         cluster4.run(f"nbdist.checkpoint(0, dir={str(full_disk)!r}, run='big', model=build('tp'))")
