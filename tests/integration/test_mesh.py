@@ -206,3 +206,20 @@ def test_a_meta_model_is_never_whole_on_any_rank(cluster8, strategy):
         assert held <= whole / 8 + 2**16, f"rank {rank} holds {held} of {whole} bytes"
         # its share, the largest layer drawn whole, and the allocator's slack: not the model
         assert grew < whole / 3, f"rank {rank} grew by {grew / 2**20:.1f} MiB"
+
+
+def test_an_optimizer_built_before_prepare_follows_the_new_parameters(cluster8):
+    # built on the meta model's parameters: prepare's plan and replicate replace them all
+    src = """
+model = build()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = nbdist.prepare(model, opt, mesh=nbdist.mesh(dp=4, tp=2), plan=PLAN)
+held = {id(p) for g in opt.param_groups for p in g["params"]}
+me = nbdist.mesh(dp=4, tp=2)["dp"].get_local_rank()
+for x, y in DATA:
+    opt.zero_grad(); F.mse_loss(model(x[me::4]), y[me::4]).backward(); opt.step()
+(held == {id(p) for p in model.parameters()}, worst(model))
+"""
+    same, every = cluster8.run(src)
+    assert same, "the optimizer steps the model's own parameters"
+    _trains_as_one_process(every, "dp ", whole_on_each=True)

@@ -120,15 +120,25 @@ def replicate(model: Any, dp_mesh: Any, policy: Any) -> Any:
     return model
 
 
-def rebind(optimizer: Any, names: dict[int, str], model: Any, why: str) -> None:
-    """Point ``optimizer`` at the parameters (shards) that replaced those it was built on."""
+def rebind(optimizer: Any, names: dict[int, str], model: Any) -> None:
+    """Point ``optimizer`` at the parameters (shards) that replaced, in ``model``, those it was
+    built on (``names``: their names, by id); nothing when none was replaced."""
     if optimizer is None:
+        return
+    new = dict(model.named_parameters())
+    moved = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            now = new.get(names.get(id(p), ""))
+            if now is not None and now is not p:
+                moved[id(p)] = now
+    if not moved:
         return
     if optimizer.state:
         raise UsageError(
-            f"nbdist.prepare: with {why}, pass a fresh optimizer (it has taken steps already), "
-            "or build it after prepare on the returned model's parameters"
+            "nbdist.prepare: pass a fresh optimizer (this one has taken steps already), or "
+            "build it after prepare on the returned model's parameters: FSDP, a plan and a "
+            "meta model give the model new parameters"
         )
-    new = dict(model.named_parameters())
     for group in optimizer.param_groups:
-        group["params"] = [new.get(names.get(id(p)), p) for p in group["params"]]
+        group["params"] = [moved.get(id(p), p) for p in group["params"]]

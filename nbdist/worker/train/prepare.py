@@ -135,15 +135,12 @@ def prepare(
     model = model if meta else model.to(device)
     if strategy == "fsdp":
         wrapped = _fsdp(model, dtype, on_mesh.dp_mesh if on_mesh else None, meta)
-        layout.rebind(optimizer, names, wrapped, "strategy='fsdp'")
     elif on_mesh is not None and (on_mesh.dp == 1 or on_mesh.pp > 1):  # the pipeline averages
         wrapped = materialize.materialize(model) if meta else model
-        layout.rebind(optimizer, names, wrapped, "a tensor-parallel plan")
     else:
         # PowerSGD on gloo deadlocks with several buckets (tested, torch 2.13): one bucket on CPU
         cap = 2.0**40 if compress == "powersgd" and device.type == "cpu" else None
         model = materialize.materialize(model) if meta else model
-        layout.rebind(optimizer, names, model, "a tensor-parallel plan or a meta model")
         group = on_mesh.dp_group if on_mesh is not None else None
         if group is not None and layout.has_shards(model):  # DDP cannot hold DTensor weights
             wrapped = layout.replicate(model, on_mesh.dp_mesh, _policy(dtype))
@@ -156,6 +153,8 @@ def prepare(
             synchronizer = sync_modes.attach(wrapped, optimizer, local, reduce)
         elif compress is not None:
             _register_compression(wrapped, compress, powersgd_rank, powersgd_warmup)
+    # FSDP, a plan and replicate put new parameters in the model: the optimizer follows them
+    layout.rebind(optimizer, names, getattr(wrapped, "module", wrapped))
     scaler = None
     if precision == "fp16":
         if strategy == "fsdp":  # each rank sees a shard: overflow must be agreed on by all
