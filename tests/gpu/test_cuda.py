@@ -370,6 +370,32 @@ class TestOneGpu:
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "dict [0.0, 1.0, 2.0, 3.0]", out.stdout[:200] + out.stderr
 
+    # -- (g) a mesh on the GPU: meta model materialised on cuda, FSDP2, sharded checkpoint -------
+    def test_a_mesh_lays_a_meta_model_on_the_gpu_and_checkpoints_it_sharded(self, gpu, tmp_path):
+        got = gpu.run(
+            "from torch.distributed.tensor import DTensor\n"
+            "mesh = nbdist.mesh(dp=1)\n"
+            "with torch.device('meta'):\n"
+            "    net = make_net()\n"
+            "net = nbdist.prepare(net, mesh=mesh, strategy='fsdp', precision='bf16')\n"
+            "opt = torch.optim.Adam(net.parameters(), lr=1e-2)\n"
+            "x, y = data(64, 1)\n"
+            "for _ in range(3):\n"
+            "    opt.zero_grad(); F.mse_loss(net(x), y).backward(); opt.step()\n"
+            f"nbdist.checkpoint(2, dir={str(tmp_path)!r}, run='gpu-mesh', model=net, opt=opt)\n"
+            "before = {k: v.full_tensor().clone() for k, v in net.state_dict().items()}\n"
+            "with torch.no_grad():\n"
+            "    for p in net.parameters(): p.zero_()\n"
+            f"start = nbdist.restore(dir={str(tmp_path)!r}, run='gpu-mesh', model=net, opt=opt)\n"
+            "after = {k: v.full_tensor() for k, v in net.state_dict().items()}\n"
+            "(mesh.device_type, str(mesh.mesh.device), mesh.get_coordinate(), start,\n"
+            " all(isinstance(p, DTensor) and p.device.type == 'cuda' for p in net.parameters()),\n"
+            " all(torch.equal(before[k], after[k]) for k in before))"
+        )
+        device_type, _, coords, start, on_gpu, same = got
+        assert (device_type, coords, start, on_gpu, same) == ("cuda", [0], 3, True, True)
+        assert [d.name for d in (tmp_path / "gpu-mesh").glob("step-*.dcp")] == ["step-00000002.dcp"]
+
 
 def _compute_pids() -> set[int]:
     """Pids with a CUDA context on GPU 0, as NVML sees them (empty when NVML is missing)."""
