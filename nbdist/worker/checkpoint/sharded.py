@@ -2,9 +2,10 @@
 (DCP), and no rank gathers the model.
 
 Used by ``save`` when the state holds a model whose weights are DTensors (tensor parallel, FSDP2,
-both, DDP over tensor parallel) or a pipeline's stage (``statedicts.is_sharded``); plain and DDP
-models keep the gathered format. Every rank must see the same folder: rank 0 makes a temporary
-folder beside the checkpoints with a token in it, and every rank reads the token before writing
+both, tensor parallel replicated over dp) or a pipeline's stage (``statedicts.is_sharded``);
+plain and DDP models keep the gathered format. Every rank must see the same folder: rank 0 makes
+a temporary folder beside the checkpoints with a token in it, and every rank reads the token
+before writing
 (``_agree``: one line naming the ranks that cannot, the same on every rank). What each keyword
 becomes: ``statedicts``; the files, made private and atomic, and read safely: ``storage``.
 
