@@ -5,9 +5,9 @@ Used by ``save`` when the state holds a model whose weights are DTensors (tensor
 both, tensor parallel replicated over dp) or a pipeline's stage (``statedicts.is_sharded``);
 plain and DDP models keep the gathered format. Every rank must see the same folder: rank 0 makes
 a temporary folder beside the checkpoints with a token in it, and every rank reads the token
-before writing
-(``_agree``: one line naming the ranks that cannot, the same on every rank). What each keyword
-becomes: ``statedicts``; the files, made private and atomic, and read safely: ``storage``.
+before writing (``_agree``: one line naming the ranks that cannot, the same on every rank).
+What each keyword becomes: ``statedicts``; the files, private, atomic and read safely:
+``storage``.
 
 A checkpoint written on one mesh loads onto another where DCP can reshard (e.g. dp=2 × tp=2 to
 tp=4 or dp=4): each rank asks for the shards its own objects hold now. Each rank's random state
