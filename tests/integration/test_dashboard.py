@@ -463,6 +463,8 @@ def test_dashboard_in_a_real_browser(lab):
                 " {theme: 'JupyterLab Light'})"
             )
             page.wait_for_selector(".nbd-dashboard[data-theme='true']", state="attached")
+            # JupyterLab shows its splash over the page while it changes themes
+            page.wait_for_selector("#jupyterlab-splash", state="detached")
             board.screenshot(path=str(ARTIFACTS / "dashboard-final-light.png"))
             page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
         finally:
