@@ -335,18 +335,17 @@ def run(tiny: bool = False, **sizes) -> list[Result]:
         return ", ".join(f"{_mb(m[key]):.3g}" for m in rows)
 
     results = []
-    for kind in ("dp", "tp", "dp_tp", "pp_dp"):
-        results.append(Result(
-            f"mesh {label}: params+grads+Adam per rank, {NAMES[kind]} / one process",
-            _mb(max(m["state_bytes"] for m in last[kind])), _mb(whole["state_bytes"]), "MB",
-            note=f"(ranks 0-3: {per_rank(last[kind], 'state_bytes')})",
-        ))  # fmt: skip
-    for kind in ("dp", "tp", "dp_tp", "pp_dp"):
-        results.append(Result(
-            f"mesh: peak RSS growth per rank, {NAMES[kind]} / one process",
-            _mb(max(m["rss_growth"] for m in last[kind])), _mb(whole["rss_growth"]), "MB",
-            note=f"(ranks 0-3: {per_rank(last[kind], 'rss_growth')})",
-        ))  # fmt: skip
+    memory = (
+        ("state_bytes", f"mesh {label}: params+grads+Adam"),
+        ("rss_growth", "mesh: peak RSS growth"),
+    )
+    for key, title in memory:
+        for kind in ("dp", "tp", "dp_tp", "pp_dp"):
+            results.append(Result(
+                f"{title} per rank, {NAMES[kind]} / one process",
+                _mb(max(m[key] for m in last[kind])), _mb(whole[key]), "MB",
+                note=f"(ranks 0-3: {per_rank(last[kind], key)})",
+            ))  # fmt: skip
     spread = {k: _spread([r[0]["samples_per_s"] for r in v]) for k, v in got.items()}
     for kind in ("dp", "tp", "dp_tp", "pp_dp"):
         results.append(Result(
