@@ -171,11 +171,16 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
-    dfd = os.open(path.parent, os.O_RDONLY)
+    sync_folder(path.parent)
+
+
+def sync_folder(folder: Path) -> None:
+    """Make what was renamed into ``folder`` durable (its directory entries synced)."""
+    fd = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(dfd)
+        os.fsync(fd)
     finally:
-        os.close(dfd)
+        os.close(fd)
 
 
 def write(folder: Path, step: int, data: bytes) -> None:

@@ -121,14 +121,6 @@ def temp_folder(folder: Path, step: int) -> Path:
     return tmp
 
 
-def _fsync(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def commit(folder: Path, step: int, tmp: Path, listing: dict, header: dict) -> None:
     """The checkpoint written into ``tmp`` (``listing``: each file's size and SHA-256, from the
     rank that wrote it) made the checkpoint of ``step``: synced, renamed to ``step-N.dcp``, then
@@ -138,12 +130,12 @@ def commit(folder: Path, step: int, tmp: Path, listing: dict, header: dict) -> N
     try:
         if {p.name for p in tmp.iterdir()} != set(listing):
             raise OSError(errno.EIO, "the files written are not the ones the ranks listed")
-        _fsync(tmp)
+        files.sync_folder(tmp)
         mark.unlink(missing_ok=True)  # an earlier checkpoint of this step no longer counts
         files.remove(final)
         (folder / f"{name}.pt").unlink(missing_ok=True)
         os.rename(tmp, final)
-        _fsync(folder)
+        files.sync_folder(folder)
         for n in listing:
             files.trust(final / n)  # hashed by its writer as it was written
         marker = {"step": step, "format": "dcp", **header, "files": listing}
