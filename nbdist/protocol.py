@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .telemetry.events import (
+    MESH_DIMENSIONS,
     Batch,
     EventRecord,
     HealthSample,
@@ -48,6 +49,7 @@ __all__ = [
     "PackedValue",
     "PipelineRole",
     "MeshCoords",
+    "MESH_DIMENSIONS",
     "RankInfo",
     "ShardMeta",
     "SlotRecord",

@@ -99,6 +99,10 @@ class PipelineRole:
         return where if self.replicas == 1 else f"{where} r{self.replica}"
 
 
+#: The dimensions a mesh may have (``nbdist.mesh``), outermost first.
+MESH_DIMENSIONS = ("pp", "dp", "tp")
+
+
 @dataclass(frozen=True)
 class MeshCoords:
     """A rank's place in the device mesh of its latest ``nbdist.mesh``: for each dimension

@@ -23,7 +23,7 @@ from typing import Any
 
 from ...config import TelemetryConfig
 from ...telemetry.curves import Curve, Outbox, decimated
-from ...telemetry.events import RunEvent
+from ...telemetry.events import MESH_DIMENSIONS, RunEvent
 from ...telemetry.format import fmt, fmt_duration
 from ...telemetry.series import RunSeries
 from .collector import Collector, RankState
@@ -34,8 +34,6 @@ _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting po
 _HISTORY_POINTS = 2000
 _HISTORY_POINTS_OTHER = 500
 _EVENTS_KEPT = 50
-#: A mesh's dimensions as the workers table shows them, outermost first (``nbdist.mesh``'s).
-MESH_DIMENSIONS = ("pp", "dp", "tp")
 #: Count the bytes sent to the browser (``Dashboard.sent_bytes``): a benchmark's question, which
 #: costs a JSON encoding of every message again, so off unless asked.
 COUNT_BYTES = False

@@ -17,12 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import UsageError
-from ...protocol import MeshCoords
+from ...protocol import MESH_DIMENSIONS, MeshCoords
 from .. import context
 from ..state import engine
-
-#: The dimensions a mesh may have, outermost first.
-DIMENSIONS = ("pp", "dp", "tp")
 
 
 def _check_sizes(sizes: dict[str, Any], world: int) -> dict[str, int]:
@@ -46,7 +43,7 @@ def _check_sizes(sizes: dict[str, Any], world: int) -> dict[str, int]:
             f"nbdist.mesh: {shape} makes {product} ranks, but the cluster has {world}: choose "
             f"sizes whose product is {world}, or start a cluster of {product} engines"
         )
-    return {k: named[k] for k in DIMENSIONS if k in named}
+    return {k: named[k] for k in MESH_DIMENSIONS if k in named}
 
 
 def mesh(dp: int | None = None, tp: int | None = None, pp: int | None = None) -> Any:
@@ -103,7 +100,7 @@ def size(device_mesh: Any, name: str) -> int:
 def check(device_mesh: Any, where: str) -> None:
     """One line unless ``device_mesh`` is a mesh from ``nbdist.mesh`` (named dimensions)."""
     names = getattr(device_mesh, "mesh_dim_names", None)
-    if not names or not set(names) <= set(DIMENSIONS):
+    if not names or not set(names) <= set(MESH_DIMENSIONS):
         raise UsageError(
             f"{where}: mesh= takes the mesh nbdist.mesh(dp=..., tp=..., pp=...) returns, not "
             f"{type(device_mesh).__name__}" + (f" with dimensions {list(names)}" if names else "")
