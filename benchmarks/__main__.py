@@ -31,6 +31,7 @@ from . import Result, cores, table
 #: Every benchmark, in the order the table shows them (modules of this package).
 BENCHMARKS = (
     "bench_start",
+    "bench_cluster",
     "bench_train",
     "bench_scatter",
     "bench_report",

@@ -45,7 +45,7 @@ def setup(threads: int) -> Inventory:
 
     torch.set_num_threads(threads)
     script.not_interactive()  # frameworks must see a script's process, not a REPL
-    script.end_on_term()  # a scheduler's SIGTERM ends a busy engine at once, not after the cell
+    script.end_on_term()  # a SIGTERM ends the engine at once, not after the cell
     console.install()  # console progress bars; what a rank prints reaches the notebook as printed
     stacks.install()  # every thread's stack on a signal, even in C code
     state.namespace()["nbdist"] = sys.modules["nbdist"]  # cells say nbdist.rank() unimported

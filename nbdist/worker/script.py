@@ -29,22 +29,23 @@ _GUARDED = tuple(
 )
 
 
-_busy = False  # a cell or script is running on this engine's main thread
-
-
 def end_on_term() -> None:
-    """A SIGTERM (a scheduler ending the job: ``scancel``, a time limit, preemption) ends a
-    busy engine at once. ipyparallel's own handler stops the engine only once the running cell
-    returns, so a cancelled job's ranks would train on, writing checkpoints, beside the job that
-    replaces them; an idle engine still stops as ipyparallel stops it."""
+    """A SIGTERM ends the engine at once, busy or idle. A scheduler ending the job (``scancel``,
+    a time limit, preemption) must not find ranks training on, writing checkpoints, beside the
+    job that replaces them (ipyparallel's own handler waits for the running cell); and an idle
+    engine asked to stop has nothing left to do but leave: ipyparallel's orderly stop and the
+    interpreter's teardown of torch take most of a second, every engine at a stop."""
     previous = signal.getsignal(signal.SIGTERM)
     if getattr(previous, "__qualname__", "").startswith("end_on_term"):
         return
 
     def on_term(sig: int, frame: object) -> None:
-        if _busy or not callable(previous):
-            os._exit(128 + sig)
-        previous(sig, frame)
+        for stream in (sys.__stdout__, sys.__stderr__):  # the engine's log
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(128 + sig)
 
     signal.signal(signal.SIGTERM, on_term)
 
@@ -67,9 +68,7 @@ def running(program: Program) -> Iterator[dict]:
     ends), its globals join the engine's namespace, as IPython's ``%run`` does, so later cells
     and ``%nbdist pull`` see them.
     """
-    global _busy
     handlers = {s: signal.getsignal(s) for s in _GUARDED}
-    _busy = True
     sys.argv = list(program.argv)
     if program.cwd and os.path.isdir(program.cwd):  # a remote host may not have the folder
         os.chdir(program.cwd)
@@ -99,8 +98,6 @@ def running(program: Program) -> Iterator[dict]:
 
 
 def _restore(handlers: dict) -> None:
-    global _busy
-    _busy = False
     for sig, handler in handlers.items():
         if handler is not None and signal.getsignal(sig) is not handler:
             signal.signal(sig, handler)

@@ -14,7 +14,7 @@ import psutil
 from conftest import assert_gone, wait_until
 
 import nbdist
-from nbdist._lifeline import identity
+from nbdist.launch.lifeline import identity
 
 
 def test_the_fork_server_has_one_thread_and_reports_a_death_at_once():
@@ -50,7 +50,7 @@ def test_every_death_is_reported_when_engines_die_as_fast_as_they_start(tmp_path
     log.mkdir()
     env = dict(os.environ, NBDIST_PARENT_PID=identity())
     server = subprocess.Popen(
-        [sys.executable, "-m", "nbdist._forkserver", str(profile), "nbdist-none", str(log)],
+        [sys.executable, "-m", "nbdist.launch.forkserver", str(profile), "nbdist-none", str(log)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from conftest import assert_gone, wait_until
 
-from nbdist import _lifeline
+from nbdist.launch import lifeline as _lifeline
 from nbdist.notebook.cluster.engines.processes import Pids, signal_own, tree
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
@@ -110,7 +110,7 @@ def test_the_same_holds_when_both_start_within_one_clock_tick():
             ended(stranger)
 
 
-LIFELINE = "import time, nbdist._lifeline as l; l.exit_with_parent(0.05); time.sleep(600)"
+LIFELINE = "import time, nbdist.launch.lifeline as l; l.exit_with_parent(0.05); time.sleep(600)"
 
 
 def with_lifeline(parent: str) -> subprocess.Popen:
@@ -166,7 +166,9 @@ def test_a_kernel_named_on_another_machine_ties_nothing(monkeypatch):
     monkeypatch.setenv("NBDIST_PARENT_PID", pid)  # the old form: a bare pid
     assert _lifeline.parent_check() is None
     monkeypatch.setenv("NBDIST_PARENT_PID", me)
-    assert _lifeline.parent_check()() is True
+    kernel = _lifeline.parent_check()
+    assert kernel.alive() is True
+    assert kernel.fd is not None  # Linux: the end is waited for on a pidfd, with no timer
 
 
 def test_a_clusters_processes_name_their_kernel_fully(cluster):
@@ -176,3 +178,24 @@ def test_a_clusters_processes_name_their_kernel_fully(cluster):
     assert len(procs) >= 3  # controller, fork server, engine (and their helpers)
     for p in procs:
         assert p.environ().get("NBDIST_PARENT_PID") == expected, p.cmdline()
+
+
+def test_a_stop_leaves_nothing_running_when_it_returns(tmp_path, monkeypatch):
+    """Every process is told at once and reaped before ``stop`` returns: no engine, scheduler
+    or server left to end later, and none a zombie for init to collect. The bound only catches
+    a stop gone badly wrong (it takes a fraction of a second: ``benchmarks/bench_cluster.py``)."""
+    import nbdist
+
+    monkeypatch.setenv("NBDIST_DATA_DIR", str(tmp_path))
+    cluster = nbdist.start(n=2)
+    cluster.run("x = 1")
+    procs = cluster.engines.processes()
+    assert len(procs) >= 4  # controller and its schedulers, fork server, engines
+    t0 = time.monotonic()
+    cluster.stop()
+    took = time.monotonic() - t0
+    left = [p.pid for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert left == []
+    zombies = [p.pid for p in procs if p.is_running()]  # a zombie still "runs" until collected
+    assert zombies == []
+    assert took < 3.0, f"stop took {took:.1f} s"

@@ -231,7 +231,7 @@ FLOOR = ("protocol", "wire", "errors", "config", "remote_config", "validate", "p
 
 
 def test_engine_code_never_imports_kernel_code_and_the_floor_neither_side():
-    engine = [m for m in GRAPH if m.startswith("nbdist.worker") or m == "nbdist._forkserver"]
+    engine = [m for m in GRAPH if m.startswith(("nbdist.worker", "nbdist.launch"))]
     floor = [m for m in GRAPH if m.split(".")[1:2] and m.split(".")[1] in FLOOR]
     assert engine and floor
     kernel = ("nbdist.notebook", "nbdist.server")

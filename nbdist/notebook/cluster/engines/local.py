@@ -4,13 +4,14 @@ Each cluster lives in nbdist's own profile directory (``processes.profile_dir``:
 connection files are readable by their owner alone), whose config files tie the controller and
 the engines to this kernel's life.
 
-Local engines are forked from a warm fork server (see ``nbdist._forkserver``): torch is imported
-once for all of them, and the server reports an engine's death the moment it happens.
+Local engines are forked from a warm fork server (see ``nbdist.launch.forkserver``): torch is
+imported once for all of them, and the server reports an engine's death the moment it happens.
 """
 
 from __future__ import annotations
 
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import ipyparallel as ipp
 import psutil
+from traitlets.config import Config
 
 from .... import config
 from ....errors import NbdistError
@@ -37,13 +39,23 @@ from .processes import (
     tree,
 )
 
+#: The controller, as ipyparallel runs it but leaving without the interpreter's teardown.
+_CONTROLLER = [sys.executable, "-m", "nbdist.launch.controller"]
+
 
 class _ForkServer:
-    """The kernel's end of ``nbdist._forkserver``."""
+    """The kernel's end of ``nbdist.launch.forkserver``."""
 
     def __init__(self, profile: Path, cluster_id: str, log_dir: Path):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nbdist._forkserver", str(profile), cluster_id, str(log_dir)],
+            [
+                sys.executable,
+                "-m",
+                "nbdist.launch.forkserver",
+                str(profile),
+                cluster_id,
+                str(log_dir),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -56,7 +68,7 @@ class _ForkServer:
         threading.Thread(target=self._read, name="nbdist-forkserver", daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
+        for line in self.proc.stdout:  # to the server's end
             word, *rest = line.split() or [""]
             if word == "ready":
                 self._ready.set()
@@ -76,18 +88,23 @@ class _ForkServer:
         return self._pids.get(timeout=timeout)
 
     def close(self) -> None:
+        """Ask the server to leave: it reaps its engines (told to leave) and goes; its last
+        words still reach ``exits``. Whoever stops it waits for it (``wait``)."""
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.write("exit\n")
                 self.proc.stdin.flush()
-                self.proc.wait(timeout=5)
-            except Exception:
+            except OSError:
                 self.proc.kill()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except Exception:
-                pass
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def wait(self) -> None:
+        """The server has gone (reaped by the stop): let Popen know, and close its output."""
+        self.proc.wait()
+        self.proc.stdout.close()  # the reader has read to its end
 
 
 class LocalEngines(OnThisMachine):
@@ -119,6 +136,7 @@ class LocalEngines(OnThisMachine):
             ],
             shutdown_atexit=True,
             log_level=40,
+            config=Config(LocalControllerLauncher={"controller_cmd": _CONTROLLER}),
         )
         self.client: ipp.Client | None = None
         self.engine_pids = Pids()  # each engine as first seen: signals never reach a reused pid
@@ -199,7 +217,12 @@ class LocalEngines(OnThisMachine):
         return tree(roots) + tree(self.engine_pids)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop everything; what does not leave within ``timeout`` is killed, by PID."""
+        """Stop everything; what does not leave within ``timeout`` is killed, by PID.
+
+        Every process is told at once and all are waited for together: engines leave at their
+        SIGTERM (``worker.script.end_on_term``), the fork server at its "exit", the controller
+        at its SIGTERM; a stop takes as long as the slowest of them, not their sum.
+        """
         procs = self.processes()
         self.log_cap.stop()
         controller_log = getattr(self._ipp.controller, "output_file", None)
@@ -212,11 +235,18 @@ class LocalEngines(OnThisMachine):
                 except psutil.NoSuchProcess:
                     pass
         self._forks.close()
+        controller = self._ipp.controller
+        if controller is not None and getattr(controller, "process", None) is not None:
+            try:
+                controller.signal(signal.SIGTERM)
+            except Exception:
+                pass
+        reap(procs, timeout)
+        self._forks.wait()
         try:
-            self._ipp.stop_controller_sync()
+            self._ipp.stop_controller_sync()  # gone already: ipyparallel's records only
         except Exception:
             pass
-        reap(procs, timeout)
         remove_cluster_files(Path(self._ipp.profile_dir), self.cluster_id)  # the hub's state too
         if controller_log and not Path(controller_log).exists():  # ipyparallel removed it
             rotated(Path(controller_log)).unlink(missing_ok=True)  # so its older part goes too

@@ -1,7 +1,7 @@
 """Processes and files of nbdist's clusters on this machine, shared by every engine set.
 
 nbdist's ipyparallel profile (``profile_dir``) is private to its owner and ties each controller
-and engine to the kernel that started it (``nbdist._lifeline``). Processes are only ever ended
+and engine to the kernel that started it (``nbdist.launch.lifeline``). Processes are only ever ended
 by PID, and only those an engine set knows it started (``signal_own``, ``reap``); a ``Pids`` holds
 each as first seen, so a signal never reaches a later process given the same pid. Imports no
 ipyparallel and no torch: the Jupyter server uses ``profile_path`` too.
@@ -19,13 +19,13 @@ from pathlib import Path
 import psutil
 
 from .... import config, datadir
-from ...._lifeline import identity
+from ....launch.lifeline import identity
 
 #: Written into the profile's controller and engine config files.
 CONFIG_FILE = """\
 # Written by nbdist: controller and engines leave when the kernel that started them is gone.
-import nbdist._lifeline
-nbdist._lifeline.exit_with_parent()
+import nbdist.launch.lifeline
+nbdist.launch.lifeline.exit_with_parent()
 """
 
 
@@ -59,7 +59,7 @@ def owner_only(security: Path) -> None:
 
 def tie_to_this_process() -> None:
     """Name this process (the kernel) as the one whose end ends the processes started from it
-    (read by ``nbdist._lifeline`` in the controller, the fork server and local engines)."""
+    (read by ``nbdist.launch.lifeline`` in the controller, the fork server and local engines)."""
     os.environ["NBDIST_PARENT_PID"] = identity()
 
 

@@ -64,7 +64,7 @@ class RemoteEngines:
         self.jobs = jobs.SchedulerJobs(self.remote.launcher)  # a scheduler's jobs, if any
         self.job_line = self.jobs.status_line  # for %nbdist status: the job, its time left
         self.cluster_id = "nbdist-" + uuid.uuid4().hex[:8]
-        processes.tie_to_this_process()  # the local launcher's engines: nbdist._lifeline
+        processes.tie_to_this_process()  # the local launcher's engines: nbdist.launch.lifeline
         self._profile = processes.profile_dir()
         self.log_dir = processes.private_dir(self._profile / "log" / self.cluster_id)
         self.remote_dir = remote_dir_of(self.remote, self.cluster_id)

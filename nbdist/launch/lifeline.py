@@ -13,10 +13,10 @@ same pid is never taken for the kernel.
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 import time
-from collections.abc import Callable
 
 _PARENT_ENV = "NBDIST_PARENT_PID"
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -66,12 +66,57 @@ def kill_descendants() -> None:
         pass
 
 
-def parent_check() -> Callable[[], bool] | None:
-    """A function telling whether the kernel named by ``$NBDIST_PARENT_PID`` is still there;
-    None where the variable is unset or names a process on another machine (engines started
-    over ssh or by a scheduler: heartbeats cover them)."""
-    import psutil
+class Kernel:
+    """The kernel a process is tied to, as that process watches it: ``alive()``, and ``fd``, a
+    pidfd that turns readable the moment the kernel ends (None where the OS has no pidfds), so
+    a watcher can wait for the end without waking until it comes."""
 
+    def __init__(self, pid: int | None):
+        import psutil
+
+        self.fd: int | None = None
+        self._proc = None
+        if pid is None:
+            return
+        try:
+            self.fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # not Linux 5.3+: alive() polls psutil instead
+            pass
+        try:
+            self._proc = psutil.Process(pid)
+        except psutil.Error:
+            self._proc = None
+
+    def alive(self) -> bool:
+        """Whether the kernel is still there (never blocks)."""
+        import psutil
+
+        if self._proc is None:
+            return False
+        if self.fd is not None:
+            poll = select.poll()
+            poll.register(self.fd, select.POLLIN)
+            return not poll.poll(0)
+        try:
+            return self._proc.is_running() and self._proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def wait(self, period: float) -> None:
+        """Return once the kernel has ended: at that moment with a pidfd, else within
+        ``period`` s."""
+        while self.alive():
+            if self.fd is not None:
+                select.select([self.fd], [], [])
+            else:
+                time.sleep(period)
+
+
+def parent_check() -> Kernel | None:
+    """The kernel named by ``$NBDIST_PARENT_PID``, to watch; None where the variable is unset
+    or names a process on another machine (engines started over ssh or by a scheduler:
+    heartbeats cover them). A kernel already gone (its pid may name another process now) is
+    a ``Kernel`` that is not alive."""
     try:
         pid, boot, start = os.environ.get(_PARENT_ENV, "").split()
         pid = int(pid)
@@ -79,32 +124,22 @@ def parent_check() -> Callable[[], bool] | None:
         return None
     if pid <= 1 or boot != _boot_id():
         return None
-    try:
-        kernel = psutil.Process(pid)
-    except psutil.Error:
-        kernel = None
-    if kernel is None or _started(pid) != start:  # gone (its pid may name another process now)
-        return lambda: False
-
-    def alive() -> bool:
-        try:
-            return kernel.is_running() and kernel.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
-
-    return alive
+    kernel = Kernel(pid)
+    if _started(pid) != start:  # read after the pidfd: then it cannot name a later process
+        return Kernel(None)
+    return kernel
 
 
 def exit_with_parent(period: float = 0.5) -> None:
-    """Exit this process soon after the kernel is gone (a watcher thread; see ``parent_check``;
-    the fork server, which must stay single-threaded, checks from its own loop instead)."""
-    alive = parent_check()
-    if alive is None:
+    """Exit this process the moment the kernel is gone (a watcher thread, blocked until then;
+    see ``parent_check``; the fork server, which must stay single-threaded, watches from its
+    own loop instead)."""
+    kernel = parent_check()
+    if kernel is None:
         return
 
     def watch() -> None:
-        while alive():
-            time.sleep(period)
+        kernel.wait(period)
         kill_descendants()  # the controller's schedulers, an engine's data-loader workers
         os._exit(0)
 

@@ -6,13 +6,13 @@ of engines started one by one, and a dead engine is replaced in a fraction of a 
 
 Forking is safe here because the server never starts a thread and never touches CUDA: one loop
 waits on stdin, on a pipe that SIGCHLD wakes, and on a timer that checks the kernel is still
-there (``_lifeline``). A fork from a multi-threaded process can deadlock the child on a lock
+there (``lifeline``). A fork from a multi-threaded process can deadlock the child on a lock
 another thread held (Python 3.12 warns about it); this one has no other thread to hold one.
 
 Protocol, lines on stdin/stdout: ``spawn`` → ``pid PID``; ``exit`` → the server leaves. When an
 engine ends, the server says ``exit PID STATUS`` at once (STATUS as ``os.waitstatus_to_exitcode``:
 negative for a signal), which is how the notebook learns of a dead engine within milliseconds.
-Runs as ``python -m nbdist._forkserver PROFILE_DIR CLUSTER_ID LOG_DIR``.
+Runs as ``python -m nbdist.launch.forkserver PROFILE_DIR CLUSTER_ID LOG_DIR``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ import os
 import selectors
 import signal
 import sys
+import time
 import traceback
 
-_LIFELINE_PERIOD = 0.5  # seconds between checks that the kernel is still there
+_LIFELINE_PERIOD = 0.5  # seconds between checks that the kernel is still there, without pidfds
+_EXIT_WAIT = 5.0  # seconds the server waits at its exit for its engines (told to leave) to end
 
 
 def _say(line: str) -> None:
@@ -43,12 +45,24 @@ def _reap() -> None:
         _say(f"exit {pid} {os.waitstatus_to_exitcode(status)}")
 
 
+def _reap_all(timeout: float) -> None:
+    """Wait up to ``timeout`` s for every engine to end, reporting each (none left a zombie
+    for whoever adopts it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap()
+        try:
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)  # blocks until one ends
+        except ChildProcessError:
+            return
+
+
 def _preload() -> None:
     import ipyparallel.engine.app  # noqa: F401
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    import nbdist._lifeline  # noqa: F401
+    import nbdist.launch.lifeline  # noqa: F401
     import nbdist.worker.api  # noqa: F401
     import nbdist.worker.runner  # noqa: F401
 
@@ -59,7 +73,7 @@ def _engine(profile_dir: str, cluster_id: str, log_dir: str, inherited: list[int
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in inherited:  # the server's wake-up pipe is not the engine's
+        for fd in inherited:  # the server's wake-up pipe and watch are not the engine's
             os.close(fd)
         os.setsid()  # a notebook interrupt to our group must not reach the engines
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -94,10 +108,11 @@ def _engine(profile_dir: str, cluster_id: str, log_dir: str, inherited: list[int
 
 def main() -> None:
     profile_dir, cluster_id, log_dir = sys.argv[1:4]
-    import nbdist._lifeline as lifeline
+    import nbdist.launch.lifeline as lifeline
 
     _preload()
-    kernel_alive = lifeline.parent_check()
+    kernel = lifeline.parent_check()
+    watched = kernel.fd if kernel is not None else None
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -107,17 +122,21 @@ def main() -> None:
     sel = selectors.DefaultSelector()
     sel.register(stdin, selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
+    if watched is not None:  # readable when the kernel ends: no timer needed
+        sel.register(watched, selectors.EVENT_READ)
+    period = _LIFELINE_PERIOD if kernel is not None and watched is None else None
+    inherited = [fd for fd in (wake_r, wake_w, watched) if fd is not None]
     _say("ready")
     pending = b""
     while True:
-        ready = {key.fd for key, _ in sel.select(_LIFELINE_PERIOD)}
+        ready = {key.fd for key, _ in sel.select(period)}
         if wake_r in ready:
             try:
                 os.read(wake_r, 4096)
             except BlockingIOError:
                 pass
         _reap()
-        if kernel_alive is not None and not kernel_alive():
+        if kernel is not None and not kernel.alive():
             # SIGKILL by PID: an engine wedged in C with the GIL held cannot run its own
             # watcher thread, but it dies all the same
             lifeline.kill_descendants()
@@ -135,11 +154,14 @@ def main() -> None:
             if cmd == b"spawn":
                 pid = os.fork()
                 if pid == 0:
-                    _engine(profile_dir, cluster_id, log_dir, [wake_r, wake_w])
+                    _engine(profile_dir, cluster_id, log_dir, inherited)
                 _say(f"pid {pid}")
-            elif cmd == b"exit":
+            elif cmd == b"exit":  # the engines were told to leave: reap them as they do
+                _reap_all(_EXIT_WAIT)
                 return
 
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    os._exit(0)  # the interpreter's teardown of torch takes most of a second, and frees nothing
