@@ -71,10 +71,13 @@ class ClusterConfig:
     """Number of engines, one rank each."""
     threads_per_engine: int | None = None
     """Intra-op threads per engine; default: this machine's CPUs divided among the engines."""
-    heartbeat_ms: int = 200
-    """Controller heartbeat period. ipyparallel's 3 s default makes start-up take ~6 s."""
-    heartbeat_misses: int = 25
-    """Missed heartbeats before an engine counts as lost (25 x 200 ms: a host gone for 5 s)."""
+    heartbeat_ms: int = 1000
+    """Controller heartbeat period: every engine wakes at each beat. New engines register at
+    once whatever the period (``nbdist.launch.heart``); a local engine's death is known at
+    once from its fork server; a remote host's only from missed beats."""
+    heartbeat_misses: int = 4
+    """Missed heartbeats before an engine counts as lost (beats after the 4th miss: a remote
+    host gone for 5-6 s)."""
     start_timeout: float = 60.0
     """Seconds to wait for all engines to register."""
     ip: str = "127.0.0.1"

@@ -1,6 +1,7 @@
 """A local cluster's ipyparallel controller, which leaves without the interpreter's teardown.
 
-The controller stops at its SIGTERM in a few milliseconds (its schedulers and heart monitor
+Its heart monitor is ``heart.QuickHeartMonitor``: a slow beat, and new engines registered at
+once. The controller stops at its SIGTERM in a few milliseconds (its schedulers and heart monitor
 are told to leave, its connection files removed); the interpreter's teardown of everything it
 imported then takes a third of a second of CPU and frees nothing the OS would not. Here the
 controller runs as ipyparallel runs it, waits for its own children, and exits.
@@ -19,6 +20,9 @@ _CHILD_WAIT = 5.0  # seconds to wait for the schedulers, told to leave, before l
 def main() -> None:
     from ipyparallel.controller.app import main as controller
 
+    from .heart import install
+
+    install()  # a slow beat, and new engines registered at once
     code = 1
     try:
         controller()

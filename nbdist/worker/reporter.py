@@ -115,7 +115,8 @@ class _Reporter:
     # -- sending --------------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            self.wake.wait(FLUSH_INTERVAL)
+            # between cells nothing is sent: sleep until the next cell wakes this thread
+            self.wake.wait(FLUSH_INTERVAL if self.parent is not None else None)
             self.wake.clear()
             if self.parent is None:
                 continue

@@ -87,10 +87,7 @@ def test_a_rank_that_raised_is_failed_and_its_peers_stopped():
     col = Collector([0, 1], CFG, clock=lambda: 1000.0)
     seen = []
     col.on_event = lambda e: seen.append((e.kind, e.rank, e.message))
-    feeds = {
-        r: SimpleNamespace(ar=SimpleNamespace(metadata={"stdout": ""}), outcome=o)
-        for r, o in out[:2]
-    }
+    feeds = {r: SimpleNamespace(metadata={"stdout": ""}, outcome=o) for r, o in out[:2]}
     col.poll(feeds)
     col.update_states()
     assert [col.ranks[r].state for r in (0, 1)] == [ev.STOPPED, ev.FAILED]
@@ -132,7 +129,7 @@ def test_the_collector_ignores_what_is_not_a_batch_of_its_version():
     rec = MetricRecord(1.0, 0, 0.5, None, None, None)
     good, old = Batch(0, 1, 1.0, [rec]), Batch(0, 2, 1.0, [rec], v=ev.VERSION + 1)
     data = {ev.key(9, 1): good, ev.key(9, 2): old, ev.key(9, 3): {"v": ev.VERSION}, "x": 1}
-    rk = SimpleNamespace(ar=SimpleNamespace(metadata={"data": data, "stdout": ""}), outcome=None)
+    rk = SimpleNamespace(metadata={"data": data, "stdout": ""}, outcome=None)
     assert col.poll({0: rk}) == 1 and col.records == 1
     assert data == {"x": 1}  # nbdist's keys are popped, read or not; others are left alone
 
@@ -144,11 +141,6 @@ def _sim_cluster(n: int):
     )
 
 
-class _FakeResult:
-    def __init__(self):
-        self.metadata = {"data": {}, "stdout": ""}
-
-
 @pytest.mark.parametrize("n, hz", [(64, 20), (256, 5)])  # issue 4's load; issue 8's 256 ranks
 def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
     """Publishers do what ipyparallel's client thread does (deserialise, ``data.update``); the
@@ -157,7 +149,10 @@ def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
     from ipyparallel.serialize import deserialize_object, serialize_object
 
     seconds = 3.0
-    ranks = {r: SimpleNamespace(rank=r, ar=_FakeResult(), outcome=None) for r in range(n)}
+    ranks = {
+        r: SimpleNamespace(rank=r, metadata={"data": {}, "stdout": ""}, outcome=None)
+        for r in range(n)
+    }
     cluster = _sim_cluster(n)
     store = RunStore(tmp_path / "runs.sqlite")
     opts = CellOptions()
@@ -179,7 +174,7 @@ def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
                     HealthSample(now, "sim", 1, cpu=1.0) if seq % 10 == 0 else None,
                 )
                 data, _ = deserialize_object(serialize_object({ev.key(r, seq): body}))
-                ranks[r].ar.metadata["data"].update(data)
+                ranks[r].metadata["data"].update(data)
                 sent[0] += 1
             t_next += 1 / hz
             stop.wait(max(0.0, t_next - time.monotonic()))
@@ -192,14 +187,14 @@ def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
         try:
             while time.monotonic() < t_end:
                 mon.on_poll(ranks)
-                backlog.append(max(len(rk.ar.metadata["data"]) for rk in ranks.values()))
+                backlog.append(max(len(rk.metadata["data"]) for rk in ranks.values()))
                 time.sleep(0.02)  # the supervisor's poll period (this is the loop under test)
         finally:
             stop.set()
             pub.join()
         mon.on_poll(ranks)
     assert mon.collector.records == sent[0] >= n * hz * seconds * 0.5
-    assert all(not rk.ar.metadata["data"] for rk in ranks.values())
+    assert all(not rk.metadata["data"] for rk in ranks.values())
     assert statistics.median(backlog) <= 3, "batches pile up between polls"
     polls = sorted(mon.poll_seconds)
     assert polls[len(polls) // 2] < 0.05, f"median poll {polls[len(polls) // 2]:.3f} s"
@@ -211,14 +206,14 @@ def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
 def test_the_monitor_is_the_runs_observer_and_shows_its_phases(tmp_path):
     """Recovery reaches the dashboard at once and the store keeps it as events."""
     store = RunStore(tmp_path / "runs.sqlite")
-    rk = SimpleNamespace(ar=SimpleNamespace(metadata={"data": {}, "stdout": ""}), outcome=None)
+    rk = SimpleNamespace(metadata={"data": {}, "stdout": ""}, outcome=None)
     with monitor.RunMonitor(
         _sim_cluster(1), "nbdist.report()", CellOptions(), store=store, cfg=CFG
     ) as mon:
         assert isinstance(mon, RunObserver)
         mon.on_phase(Phase.STARTING, Phase.RUNNING)
         where = ev.MeshCoords(("pp", "dp"), (2, 1), (1, 0))  # the rank's place in its mesh
-        rk.ar.metadata["data"][ev.key(1, 1)] = Batch(
+        rk.metadata["data"][ev.key(1, 1)] = Batch(
             0,
             1,
             time.time(),

@@ -1,7 +1,7 @@
 """The notebook side of telemetry: engines' batches in, the run's live state out.
 
 ``Collector.poll(ranks)`` is called by the cell's supervisor every ~20 ms with its ranks. It pops
-nbdist's batches from each rank's ``ar.metadata['data']`` (the client's I/O thread adds them
+nbdist's batches from each rank's ``metadata['data']`` (the client's I/O thread adds them
 there; popping means nothing is read twice and nothing is overwritten), folds them into one
 ``RankState`` per rank, and reads the tail of each rank's output. Work per poll is proportional
 to what arrived, so 64 ranks reporting 20 times a second cost the kernel little.
@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ...config import TelemetryConfig
 from ...errors import RankFailure
@@ -38,11 +38,11 @@ _RATE_WINDOW = 5.0  # seconds of records behind samples/s and the ETA
 
 
 class RankFeed(Protocol):
-    """A running rank as the collector reads it (the supervisor's ``RankRun``): ``ar.metadata``
+    """A running rank as the collector reads it (the supervisor's ``RankRun``): ``metadata``
     holds what its engine has sent so far (output, telemetry batches, added by ipyparallel's I/O
     thread); ``outcome``, once known, how its cell ended."""
 
-    ar: Any
+    metadata: dict
     outcome: CellOutcome | None
 
 
@@ -167,7 +167,7 @@ class Collector:
             st = self.ranks.get(r)
             if st is None:
                 st = self.ranks[r] = RankState(r, log=deque(maxlen=self.cfg.log_lines))
-            md = rk.ar.metadata
+            md = rk.metadata
             data = md.get("data")
             if data:
                 for k in [k for k in list(data) if k.startswith(ev.KEY_PREFIX)]:

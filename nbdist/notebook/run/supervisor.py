@@ -60,7 +60,7 @@ class _NoReply:
 @dataclass
 class RankRun:
     """One rank's part of a running cell, as observers see it at each poll (a
-    ``board.collector.RankFeed``): ``ar.metadata`` holds what the engine has sent so far (output,
+    ``board.collector.RankFeed``): ``metadata`` holds what the engine has sent so far (output,
     telemetry); ``outcome`` is set once known; ``seen``: its streams as last read."""
 
     rank: int
@@ -68,6 +68,7 @@ class RankRun:
     pid: int
     ar: object  # ipyparallel AsyncResult
     outcome: CellOutcome | None = None
+    metadata: dict = field(default_factory=dict)  # fanout.sent_so_far(ar), filled in as it comes
     seen: dict = field(default_factory=lambda: {"stdout": "", "stderr": ""})
     outputs: int = 0  # rich outputs shown
     output: RankOutput | None = None  # how its output is shown, if it is
@@ -163,7 +164,7 @@ class CellRun:
                 continue
             ar = fanout.submit(cluster.client, {r: slot.engine_id}, api.run_cell, request)[r]
             ar.add_done_callback(lambda _: self._wake.set())  # from ipyparallel's IO thread
-            self.ranks[r] = RankRun(r, slot.engine_id, slot.pid, ar)
+            self.ranks[r] = RankRun(r, slot.engine_id, slot.pid, ar, None, fanout.sent_so_far(ar))
 
     def _gone(self, slot) -> str:
         """Why the engine of ``slot`` cannot take the cell (it exited, or the controller
@@ -180,7 +181,7 @@ class CellRun:
         return shows_output_of(self.opts, r, self.main_rank)
 
     def _stream(self, rk: RankRun, final: bool = False) -> None:
-        md = rk.ar.metadata  # filled in by the client as iopub messages arrive
+        md = rk.metadata  # filled in by the client as iopub messages arrive
         visible = self._visible(rk.rank)
         if visible and rk.output is None:
             label = f"[rank {rk.rank}] " if self.opts.all_output else ""

@@ -24,11 +24,12 @@ from .....remote_config import check_launcher_option
 from . import slurm
 
 #: Engines of remote hosts: quiet logs, no IPython history database, and gone ~10 s after the
-#: controller is (15 missed heartbeats: the kernel died, or this machine went away).
+#: controller is (the kernel died, or this machine went away): 7 checks missed, each the
+#: controller's heartbeat period (1 s, ``ClusterConfig.heartbeat_ms``) + 0.5 s.
 ENGINE_ARGS = [
     "--log-level=WARN",
     "--HistoryManager.enabled=False",
-    "--IPEngine.max_heartbeat_misses=15",
+    "--IPEngine.max_heartbeat_misses=7",
 ]
 
 
