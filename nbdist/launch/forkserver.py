@@ -9,7 +9,9 @@ waits on stdin, on a pipe that SIGCHLD wakes, and on a timer that checks the ker
 there (``lifeline``). A fork from a multi-threaded process can deadlock the child on a lock
 another thread held (Python 3.12 warns about it); this one has no other thread to hold one.
 
-Protocol, lines on stdin/stdout: ``spawn`` → ``pid PID``; ``exit`` → the server leaves. When an
+Protocol, lines on stdin/stdout: ``spawn`` → ``pid PID``; ``warm`` → the server imports what a
+first training cell imports (``_WARM``), so engines forked later (a lost rank's replacement)
+start with it; ``exit`` → the server leaves. When an
 engine ends, the server says ``exit PID STATUS`` at once (STATUS as ``os.waitstatus_to_exitcode``:
 negative for a signal), which is how the notebook learns of a dead engine within milliseconds.
 Runs as ``python -m nbdist.launch.forkserver PROFILE_DIR CLUSTER_ID LOG_DIR``.
@@ -55,6 +57,30 @@ def _reap_all(timeout: float) -> None:
             os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)  # blocks until one ends
         except ChildProcessError:
             return
+
+
+#: Imported at ``warm``, once the cluster's first engines run: DDP imports torch._dynamo (2-3 s
+#: of CPU) when it is first made, in every process; a replacement engine forked after this has
+#: it, and a recovered cell's ``prepare`` takes milliseconds, not seconds. (It does not add a
+#: thread: the server stays safe to fork.)
+_WARM = ("torch._dynamo",)
+
+
+def _warm() -> None:
+    """Import ``_WARM``; an engine that dies meanwhile is reported at once all the same (the
+    import runs Python code, between whose lines the SIGCHLD handler reaps)."""
+    import importlib
+
+    quiet = signal.signal(signal.SIGCHLD, lambda *_: _reap())  # nothing else writes meanwhile
+    try:
+        for name in _WARM:
+            try:
+                importlib.import_module(name)
+            except Exception:  # engines import it themselves, as without this
+                traceback.print_exc()
+                sys.stderr.flush()
+    finally:
+        signal.signal(signal.SIGCHLD, quiet)
 
 
 def _preload() -> None:
@@ -156,6 +182,8 @@ def main() -> None:
                 if pid == 0:
                     _engine(profile_dir, cluster_id, log_dir, inherited)
                 _say(f"pid {pid}")
+            elif cmd == b"warm":
+                _warm()
             elif cmd == b"exit":  # the engines were told to leave: reap them as they do
                 _reap_all(_EXIT_WAIT)
                 return

@@ -87,6 +87,15 @@ class _ForkServer:
         self.proc.stdin.flush()
         return self._pids.get(timeout=timeout)
 
+    def warm(self) -> None:
+        """Ask the server to import what a first training cell imports (it does between
+        spawns), so that a replacement engine forked later has it."""
+        try:
+            self.proc.stdin.write("warm\n")
+            self.proc.stdin.flush()
+        except OSError:  # the server is gone: spawns will say so
+            pass
+
     def close(self) -> None:
         """Ask the server to leave: it reaps its engines (told to leave) and goes; its last
         words still reach ``exits``. Whoever stops it waits for it (``wait``)."""
@@ -166,6 +175,7 @@ class LocalEngines(OnThisMachine):
             owner_only(Path(self._ipp.profile_dir) / "security")
             self.log_cap.start()
             self.add_engines(self.cfg.n, known=set())
+            self._forks.warm()  # for replacements: the first engines import it themselves
         except BaseException as exc:
             self.stop()
             if isinstance(exc, (KeyboardInterrupt, NbdistError)):
