@@ -92,6 +92,9 @@ class ClusterConfig:
     """Engines on other hosts or through a scheduler (see RemoteConfig); None: this machine."""
     oversubscribe: bool = False
     """Allow more engines (or threads) than the machines' CPUs can serve (``engine_limit``)."""
+    pin_cores: bool = True
+    """Pin each CPU rank to its own share of its host's cores (``worker.cores``), when the
+    host's ranks fit its cores; False leaves the placement of threads to the OS."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise numpy integers and the like to int
@@ -106,6 +109,7 @@ class ClusterConfig:
             raise UsageError(f"backend must be 'gloo' or 'nccl', not {self.backend!r}")
         flag(self.allow_mixed, "allow_mixed")
         flag(self.oversubscribe, "oversubscribe")
+        flag(self.pin_cores, "pin_cores")
         if self.remote is not None and not isinstance(self.remote, RemoteConfig):
             raise UsageError(f"remote must be a RemoteConfig, not {type(self.remote).__name__}")
         if self.remote is None:

@@ -49,12 +49,10 @@ def _nbdist_parser() -> _Parser:
     s = sub.add_parser("start", help="start N engines with a ready process group")
     s.add_argument("-n", type=int, default=None, help="number of engines (ranks); default 2")
     s.add_argument("--threads", type=int, default=None, help="threads per engine")
-    s.add_argument(
-        "--oversubscribe",
-        action="store_true",
-        default=None,
-        help="allow more engines (4 per CPU) or threads (1 per CPU) than the CPUs can serve",
-    )
+    over = "allow more engines (4 per CPU) or threads (1 per CPU) than the CPUs can serve"
+    s.add_argument("--oversubscribe", action="store_true", default=None, help=over)
+    pin = "leave threads where the OS puts them (default: each CPU rank on its own cores)"
+    s.add_argument("--no-pin", dest="pin_cores", action="store_false", default=None, help=pin)
     s.add_argument("--backend", choices=["gloo", "nccl"], default=None)
     # engines on other hosts (see notebook.cluster.hosts and notebook.cluster.engines.remote)
     s.add_argument("--hosts", default=None, help="engines over ssh: user@gpu1:4,user@gpu2:4")
@@ -304,6 +302,7 @@ class NbdistMagics(Magics):
                 allow_mixed=args.allow_mixed,
                 env_check=args.env_check,
                 oversubscribe=args.oversubscribe,
+                pin_cores=args.pin_cores,
                 partition=args.partition,
                 time=args.time,
                 gpus_per_node=args.gpus_per_node,

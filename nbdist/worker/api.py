@@ -32,8 +32,9 @@ from . import state
 
 
 # -- an engine's life ----------------------------------------------------------------------------
-def setup(threads: int) -> Inventory:
-    """First contact with a fresh engine: give it ``threads`` intra-op threads, load torch, make
+def setup(threads: int, pin_cores: bool = True) -> Inventory:
+    """First contact with a fresh engine: give it ``threads`` intra-op threads (pinned to its
+    share of the host's cores at each group formation, with ``pin_cores``), load torch, make
     ``nbdist`` a name in its namespace, and describe it (host, pid, GPUs, versions)."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(threads)
@@ -44,6 +45,7 @@ def setup(threads: int) -> Inventory:
     from .debug import stacks
 
     torch.set_num_threads(threads)
+    state.engine.pin_cores = pin_cores
     script.not_interactive()  # frameworks must see a script's process, not a REPL
     script.end_on_term()  # a SIGTERM ends the engine at once, not after the cell
     console.install()  # console progress bars; what a rank prints reaches the notebook as printed

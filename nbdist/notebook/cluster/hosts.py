@@ -13,6 +13,7 @@ A cluster file (TOML; YAML too where PyYAML is installed) holds what ``--hosts``
     env_check = "refuse"                      # or "warn"
     allow_mixed = false                       # ranks without a GPU beside ranks with one
     oversubscribe = false                     # more than 4 engines per CPU of a host
+    pin_cores = true                          # each CPU rank on its own share of its cores
     partition = "gpu"                         # slurm: --partition, --time, --gpus-per-node
     time = "1:00:00"
     gpus_per_node = 4
@@ -66,6 +67,7 @@ FILE_KEYS = {
     "hosts",
     "launcher_options",
     "oversubscribe",
+    "pin_cores",
     "partition",
     "time",
     "gpus_per_node",

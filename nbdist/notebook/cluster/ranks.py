@@ -76,6 +76,7 @@ class Ranks:
             {e: e for e in engine_ids},
             api.setup,
             self.cfg.threads,
+            self.cfg.pin_cores,
             timeout=self.cfg.start_timeout,
         )
         got.check("setting up the engines", noun="engine")
