@@ -264,7 +264,7 @@ class _Bench:
         k.run(f"%nbdist start -n {WORKERS} --threads {self.threads}")
         engines = [(pid, names) for pid, names in k.value(_SETUP)]
         controller = sorted(
-            (p for p in k.descendants() if "ipyparallel.controller" in " ".join(p.cmdline())),
+            (p for p in k.descendants() if ".controller" in " ".join(p.cmdline())),
             key=lambda p: (p.ppid() != k.pid, p.pid),  # the hub first, then its schedulers
         )
         self.cluster = _Cluster(engines, [p.pid for p in controller])

@@ -7,6 +7,7 @@ to type instead.
 from __future__ import annotations
 
 import argparse
+import functools
 import keyword
 import os
 import shlex
@@ -43,6 +44,7 @@ def _ranks(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected ranks like 0,2 not {text!r}") from None
 
 
+@functools.cache  # built once: a cell's parse is then the parse alone
 def _nbdist_parser() -> _Parser:
     p = _Parser(prog="%nbdist", description="Start, inspect and stop the nbdist cluster.")
     sub = p.add_subparsers(dest="command", parser_class=_Parser, required=True)
@@ -123,6 +125,7 @@ def _nbdist_parser() -> _Parser:
     return p
 
 
+@functools.cache
 def _distributed_parser() -> _Parser:
     p = _Parser(prog="%%distributed", description="Run this cell on every rank at once.")
     _add_cell_options(p)

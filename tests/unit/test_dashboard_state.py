@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 
 import pytest
@@ -170,9 +171,10 @@ def test_text_from_engines_stays_text_and_bad_numbers_never_break_anything(shown
     events = [RunEvent(1000.0, "warning", 0, "<img src=x onerror=alert(1)> $x_$", None)]
     col.update_states()
     board.update(col, events, "running")
-    png = board.finish(col, events, "failed", ended=col.clock())
-    assert png.startswith(b"\x89PNG")
-    assert "image/png" in handle.updates[-1] and "text/plain" in handle.updates[-1]
+    svg = board.finish(col, events, "failed", ended=col.clock())
+    assert svg.startswith("<svg") and "<script" not in svg and "<img" not in svg  # text, escaped
+    assert "&lt;img src=x onerror=alert(1)&gt;" in svg and "&lt;i&gt;host&lt;/i&gt;" in svg
+    assert "image/svg+xml" in handle.updates[-1] and "text/plain" in handle.updates[-1]
     for msg in [*sent, board.widget.history, board.widget.head]:
         json.dumps(msg, allow_nan=False)  # what the browser can parse: no NaN, no Infinity
     history = board.widget.history
@@ -181,11 +183,9 @@ def test_text_from_engines_stays_text_and_bad_numbers_never_break_anything(shown
     assert history["events"][-1]["message"].startswith("<img")
 
 
-def test_each_ranks_place_in_the_mesh_is_a_column_per_dimension(shown, monkeypatch):
+def test_each_ranks_place_in_the_mesh_is_a_column_per_dimension(shown):
     """Ranks of a dp × tp mesh: a dp and a tp column (their coordinate "i/n"), no pp column,
     in the live table and in the picture kept for renderers without widgets."""
-    from nbdist.notebook.board import charts
-
     col, board, sent, _ = shown
     for rank in (0, 1):
         where = MeshCoords(("dp", "tp"), (1, 2), (0, rank))
@@ -196,8 +196,7 @@ def test_each_ranks_place_in_the_mesh_is_a_column_per_dimension(shown, monkeypat
         (None, "0/1", "0/2"),
         (None, "0/1", "1/2"),
     ]
-    tables = []
-    monkeypatch.setattr(charts, "state_table", lambda ax, text, labels, *a: tables.append(labels))
-    board.finish(col, [], "ok", ended=col.clock())
-    assert "dp" in tables[-1] and "tp" in tables[-1] and "pp" not in tables[-1]
-    assert tables[-1].index("dp") < tables[-1].index("tp")  # outermost first
+    svg = board.finish(col, [], "ok", ended=col.clock())
+    headings = re.findall(r'font-weight="bold">([^<]*)</text>', svg)
+    assert "dp" in headings and "tp" in headings and "pp" not in headings
+    assert headings.index("dp") < headings.index("tp")  # outermost first

@@ -7,10 +7,11 @@ worker rows that changed, new events, log tails that moved (``_delta``). A view 
 later (a second view, a notebook reopened while the kernel lives) starts from ``history``, a
 decimated copy of everything, refreshed every few seconds and at the end; every message carries
 a sequence number, so the browser never applies the same points twice. No matplotlib runs
-while the cell runs.
+at all.
 
-When the cell ends the output keeps the widget and gains one static PNG of it (``charts``), which
-renderers without widgets (GitHub, nbconvert, a notebook reopened without a kernel) show.
+When the cell ends the output keeps the widget and gains one static SVG picture of it
+(``picture``: written as text, in milliseconds), which renderers without widgets (GitHub,
+nbconvert, a notebook reopened without a kernel) show.
 
 Everything here is plain data: numbers are finite or None (a NaN loss travels as the text
 "nan"), and text from engines is sent as text; the browser sets it with ``textContent``.
@@ -26,6 +27,7 @@ from ...telemetry.curves import Curve, Outbox, decimated
 from ...telemetry.events import MESH_DIMENSIONS, RunEvent
 from ...telemetry.format import fmt, fmt_duration
 from ...telemetry.series import RunSeries
+from . import picture
 from .collector import Collector, RankState
 
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
@@ -132,10 +134,10 @@ class Dashboard:
         self._refresh_history(col, [], "running", col.clock())
         self._handle = display(self._bundle(), raw=True, display_id=True)
 
-    def _bundle(self, png: bytes | None = None) -> dict:
+    def _bundle(self, svg: str | None = None) -> dict:
         from .widget import bundle
 
-        return bundle(self.widget, f"nbdist dashboard: {self.title}", png)
+        return bundle(self.widget, f"nbdist dashboard: {self.title}", svg=svg)
 
     # -- updating -----------------------------------------------------------------------------
     def update(
@@ -253,16 +255,15 @@ class Dashboard:
         status: str,
         ended: float,
         profile: dict | None = None,
-    ) -> bytes:
+    ) -> str:
         """Final update, its elapsed time taken at ``ended`` (the run's end, as the run store
         has it), with the cell's profile when it had one (``debug.profile.Profile.shown``:
-        drawn as a bar per rank); the output keeps the live widget and gains a static picture."""
-        from . import charts
-
+        drawn as a bar per rank); the output keeps the live widget and gains a static picture
+        (an SVG: ``picture``), which is returned."""
         self.profile = profile
         self.update(col, events, status, final=True, now=ended)
         series = col.series
-        png = charts.dashboard_picture(
+        svg = picture.dashboard_svg(
             title=f"{self.title} · {status}",
             summary=_summary_line(self.widget.head if self.widget else {}),
             metrics={
@@ -277,8 +278,8 @@ class Dashboard:
             events=[(e.kind, e.rank, e.message) for e in events[-5:]],
         )
         if self._handle is not None:
-            self._handle.update(self._bundle(png), raw=True)
-        return png
+            self._handle.update(self._bundle(svg), raw=True)
+        return svg
 
 
 def _history_of(series: RunSeries, name: str) -> dict:

@@ -53,9 +53,11 @@ class SweepWidget(anywidget.AnyWidget):
     history = traitlets.Dict().tag(sync=True)
 
 
-def bundle(widget: anywidget.AnyWidget | None, text: str, png: bytes | None = None) -> dict:
-    """What a board's display holds: the widget's view, a text line, and (at its end) a PNG
-    picture of it for renderers without widgets."""
+def bundle(
+    widget: anywidget.AnyWidget | None, text: str, png: bytes | None = None, svg: str | None = None
+) -> dict:
+    """What a board's display holds: the widget's view, a text line, and (at its end) a
+    picture of it, PNG or SVG, for renderers without widgets."""
     data: dict = {}
     if widget is not None:
         got = widget._repr_mimebundle_() or {}  # anywidget: (data, metadata)
@@ -63,4 +65,6 @@ def bundle(widget: anywidget.AnyWidget | None, text: str, png: bytes | None = No
     data["text/plain"] = text
     if png is not None:
         data["image/png"] = base64.b64encode(png).decode("ascii")
+    if svg is not None:
+        data["image/svg+xml"] = svg
     return data

@@ -30,7 +30,7 @@ from .observers import RunObserver
 from .output import RankOutput
 
 _POLL = 0.02  # seconds between looks at the ranks while output flows (what a person sees)
-_IDLE_POLL = 0.1  # ...and otherwise: telemetry is read this often, for 0.25 s dashboard updates
+_IDLE_POLL = 0.25  # ...and otherwise: telemetry is read as often as the dashboard shows it
 _ACTIVE_FOR = 1.0  # seconds after the last news that count as "flowing"
 _OUTPUT_WAIT = 2.0  # seconds to wait for a finished rank's last output to arrive
 _SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # engines' text is text
@@ -140,8 +140,10 @@ class CellRun:
         self._timed_out = False
         # set when a rank's reply arrives (a sweep shares one among its trials' cells)
         self._wake = wake or threading.Event()
-        self._news = True
-        self._quiet_since = time.monotonic()
+        # quiet until the first line: a cell that prints nothing is looked at as often as
+        # its board is drawn, and a reply wakes the loop at once all the same
+        self._news = False
+        self._quiet_since = self._t0 - _ACTIVE_FOR
         self.ranks: dict[int, RankRun] = {}
         for r in ranks:
             slot = cluster.slots[r]

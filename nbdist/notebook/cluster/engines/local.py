@@ -21,7 +21,6 @@ from pathlib import Path
 
 import ipyparallel as ipp
 import psutil
-from traitlets.config import Config
 
 from .... import config
 from ....errors import NbdistError
@@ -30,6 +29,7 @@ from .logs import LogCap, cluster_logs, rotated
 from .processes import (
     Pids,
     close_quietly,
+    controller_config,
     owner_only,
     private_dir,
     profile_dir,
@@ -38,9 +38,6 @@ from .processes import (
     tie_to_this_process,
     tree,
 )
-
-#: The controller, as ipyparallel runs it but leaving without the interpreter's teardown.
-_CONTROLLER = [sys.executable, "-m", "nbdist.launch.controller"]
 
 
 class _ForkServer:
@@ -145,7 +142,7 @@ class LocalEngines(OnThisMachine):
             ],
             shutdown_atexit=True,
             log_level=40,
-            config=Config(LocalControllerLauncher={"controller_cmd": _CONTROLLER}),
+            config=controller_config(),
         )
         self.client: ipp.Client | None = None
         self.engine_pids = Pids()  # each engine as first seen: signals never reach a reused pid

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -27,6 +28,16 @@ CONFIG_FILE = """\
 import nbdist.launch.lifeline
 nbdist.launch.lifeline.exit_with_parent()
 """
+
+
+def controller_config():
+    """ipyparallel's launcher config for nbdist's controller (``nbdist.launch.controller``:
+    ipyparallel's, with a heart monitor that registers new engines at once, leaving without
+    the interpreter's teardown)."""
+    from traitlets.config import Config
+
+    cmd = [sys.executable, "-m", "nbdist.launch.controller"]
+    return Config(LocalControllerLauncher={"controller_cmd": cmd})
 
 
 def private_dir(path: Path) -> Path:

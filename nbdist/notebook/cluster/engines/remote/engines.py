@@ -128,6 +128,7 @@ class RemoteEngines:
             ],
             shutdown_atexit=False,  # the session stops us at exit: one stop, in order
             log_level=40,
+            config=processes.controller_config(),
             **location,
         )
         self._ipp.start_controller_sync()

@@ -1,0 +1,235 @@
+"""The dashboard as one SVG picture, made when a cell ends, for renderers without widgets.
+
+A saved notebook, GitHub, nbviewer, or a front end without the widget show this picture of the
+finished board: the loss (each rank and their mean), samples/s, up to six more metrics, the
+workers and the last events. It is written as text here, with no plotting library: the kernel
+spends a few milliseconds on it, where drawing it with matplotlib took a third of a second of
+its CPU (and its import, once, a second more) at the end of every cell. Text from engines
+(metric names, hosts, messages) is escaped: it shows as text, never as markup.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from xml.sax.saxutils import escape
+
+from ...telemetry.format import MISSING, fmt
+
+WIDTH = 760
+#: Metrics other than loss drawn (the live board has them all).
+_OTHER_METRICS = 6
+_MAX_POINTS = 400  # per line: a picture, not the data
+_MANY_RANKS = 8  # beyond: ranks drawn faint and without a legend
+_MAX_RANK_LINES = 16
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+            "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+_STATE_COLOURS = {"ok": "#2e7d32", "slow": "#ef6c00", "silent": "#9e9d24", "dead": "#c62828",
+                  "failed": "#c62828", "stopped": "#757575", "done": "#1976d2"}  # fmt: skip
+#: The workers table: (row key, heading, format); a mesh's and a pipeline's columns only when
+#: some rank has a value.
+_COLUMNS = (
+    ("rank", "rank", "d"), ("host", "host", ""), ("state", "state", ""), ("steps", "steps", ","),
+    ("loss", "loss", ".4g"), ("step_ms", "step ms", ".0f"), ("cpu", "cpu %", ".0f"),
+    ("rss_mb", "rss MB", ".0f"), ("gpu_util", "gpu %", ".0f"), ("gpu_mb", "gpu MB", ".0f"),
+    ("comm", "comm %", ".0f"), ("pp", "pp", ""), ("dp", "dp", ""), ("tp", "tp", ""),
+    ("stage", "stage", ""), ("idle", "idle %", ".0f"),
+)  # fmt: skip
+_OPTIONAL = ("pp", "dp", "tp", "stage", "idle")
+_TABLE_ROWS = 16
+_ROW_H = 17
+
+Curve = tuple[Sequence[float], Sequence[float]]  # (x, y)
+
+
+def dashboard_svg(
+    title: str,
+    summary: str,
+    metrics: dict[str, tuple[list[tuple[int, list, list]], Curve]],
+    rate: Curve,
+    rows: list[dict],
+    events: list[tuple[str, int | None, str]],
+) -> str:
+    """The finished board as an SVG document. ``metrics``: ``{name: ([(rank, steps, values)],
+    (steps, mean))}``; ``rate``: samples/s over seconds; ``rows``: the workers table's rows;
+    ``events``: (kind, rank, message), the last few shown."""
+    parts: list[str] = [
+        _text(12, 22, title, size=15, bold=True),
+        _text(12, 42, summary, size=12, fill="#444"),
+    ]
+    ranks, mean = metrics.get("loss", ([], ([], [])))
+    parts.append(_chart(12, 56, 470, 210, "loss", _lines(ranks, mean), "step", legend=True))
+    parts.append(_chart(500, 56, 248, 210, "samples/s", [(*rate, "#1565c0", 1.6, 1.0)], "s"))
+    y = 280
+    others = [n for n in metrics if n != "loss"][:_OTHER_METRICS]
+    for i, name in enumerate(others):
+        col, row = i % 3, i // 3
+        parts.append(_chart(12 + col * 248, y + row * 150, 240, 140, name, _lines(*metrics[name])))
+    y += 150 * -(-len(others) // 3) + 8
+    table, y = _table(rows, y)
+    parts.append(table)
+    for kind, rank, message in events[-5:]:
+        who = f" rank {rank}" if rank is not None else ""
+        parts.append(_text(12, y + 14, f"{kind}{who}: {message}"[:150], size=11, fill="#333"))
+        y += 17
+    height = y + 12
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif">'
+        f'<rect width="{WIDTH}" height="{height}" fill="#fff"/>' + "".join(parts) + "</svg>"
+    )
+
+
+def _lines(ranks: list[tuple[int, list, list]], mean: Curve) -> list:
+    """(x, y, colour, width, opacity) per line: each rank (faint when many), then the mean."""
+    many = len(ranks) > _MANY_RANKS
+    lines = []
+    if len(ranks) <= _MAX_RANK_LINES:
+        for i, (rank, xs, ys) in enumerate(ranks):
+            colour = _PALETTE[i % len(_PALETTE)]
+            lines.append((xs, ys, colour, 1.0, 0.35 if many else 0.8, None if many else rank))
+    if mean[0] and (len(ranks) > 1 or not lines):
+        lines.append((*mean, "#000", 2.0, 1.0, "mean"))
+    return lines
+
+
+def _chart(x0: float, y0: float, w: float, h: float, title: str, lines: list, xlabel: str = "",
+           legend: bool = False) -> str:  # fmt: skip
+    """One chart: its title, a frame with ticks on both axes, and its lines (gaps where a
+    value is not finite)."""
+    left, top, bottom = x0 + 46, y0 + 20, y0 + h - 22
+    right = x0 + w - 6
+    out = [_text(x0 + 2, y0 + 13, title, size=12, bold=True)]
+    finite = [
+        (x, y) for xs, ys, *_ in lines for x, y in zip(xs, ys, strict=False) if _ok(x) and _ok(y)
+    ]
+    out.append(
+        f'<rect x="{left}" y="{top}" width="{right - left:.1f}" height="{bottom - top:.1f}" '
+        'fill="none" stroke="#bbb"/>'
+    )
+    if not finite:
+        out.append(_text(left + 8, top + 20, "no values", size=11, fill="#888"))
+        return "".join(out)
+    xlo, xhi = _span([p[0] for p in finite])
+    ylo, yhi = _span([p[1] for p in finite])
+
+    def px(x: float) -> float:
+        return left + (x - xlo) / (xhi - xlo) * (right - left)
+
+    def py(y: float) -> float:
+        return bottom - (y - ylo) / (yhi - ylo) * (bottom - top)
+
+    for t in _ticks(ylo, yhi):
+        out.append(f'<line x1="{left}" x2="{right:.1f}" y1="{py(t):.1f}" y2="{py(t):.1f}" '
+                   'stroke="#eee"/>')  # fmt: skip
+        out.append(_text(left - 4, py(t) + 4, fmt(t), size=10, fill="#555", anchor="end"))
+    for t in _ticks(xlo, xhi):
+        out.append(_text(px(t), bottom + 13, fmt(t), size=10, fill="#555", anchor="middle"))
+    if xlabel:
+        out.append(_text(right, bottom + 13, xlabel, size=10, fill="#888", anchor="end"))
+    named = []
+    for xs, ys, colour, width, opacity, *label in lines:
+        for seg in _segments(xs, ys):
+            if len(seg) == 1:  # a point between gaps: a dot, not an invisible line
+                (x, y), r = seg[0], width + 1
+                out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="{r}" fill="{colour}"/>')
+                continue
+            pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in seg)
+            out.append(
+                f'<polyline points="{pts}" fill="none" stroke="{colour}" '
+                f'stroke-width="{width}" stroke-opacity="{opacity}"/>'
+            )
+        if label and label[0] is not None:
+            named.append((label[0], colour))
+    if legend and named:
+        for i, (label, colour) in enumerate(named):
+            ly = top + 12 + 13 * i
+            out.append(f'<line x1="{right - 64}" x2="{right - 50}" y1="{ly - 4}" y2="{ly - 4}" '
+                       f'stroke="{colour}" stroke-width="2"/>')  # fmt: skip
+            name = label if isinstance(label, str) else f"rank {label}"
+            out.append(_text(right - 46, ly, name, size=10, fill="#333"))
+    return "".join(out)
+
+
+def _table(rows: list[dict], y: float) -> tuple[str, float]:
+    """The workers table from ``y`` down; the markup and the y below it."""
+    shown = rows[:_TABLE_ROWS]
+    if not shown:
+        return "", y
+    cols = [c for c in _COLUMNS if c[0] not in _OPTIONAL or any(r.get(c[0]) is not None
+                                                                for r in shown)]  # fmt: skip
+    width = (WIDTH - 24) / len(cols)
+    out = []
+    for j, (_, heading, _) in enumerate(cols):
+        out.append(_text(14 + j * width, y + 13, heading, size=11, bold=True))
+    for i, row in enumerate(shown, start=1):
+        top = y + i * _ROW_H
+        colour = _STATE_COLOURS.get(str(row.get("state")), "#555")
+        out.append(f'<rect x="{12 + 2 * width:.1f}" y="{top + 2}" width="{width - 4:.1f}" '
+                   f'height="{_ROW_H - 3}" fill="{colour}"/>')  # fmt: skip
+        for j, (key, _, spec) in enumerate(cols):
+            fill = "#fff" if key == "state" else "#222"
+            out.append(_text(14 + j * width, top + 13, _cell(row.get(key), spec), 11, fill=fill))
+    y += (len(shown) + 1) * _ROW_H + 4
+    if len(rows) > len(shown):
+        out.append(_text(12, y + 12, f"... and {len(rows) - len(shown)} more ranks", 11))
+        y += 17
+    return "".join(out), y
+
+
+def _cell(value: object, spec: str) -> str:
+    if value is None:
+        return MISSING
+    if isinstance(value, str) or not spec:
+        return str(value)[:24]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return fmt(value) if spec == ".4g" else format(value, spec)
+
+
+def _text(x: float, y: float, text: str, size: int = 12, *, bold: bool = False,
+          fill: str = "#111", anchor: str = "start") -> str:  # fmt: skip
+    weight = ' font-weight="bold"' if bold else ""
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{fill}" '
+        f'text-anchor="{anchor}"{weight}>{escape(str(text))}</text>'
+    )
+
+
+def _ok(v: object) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _span(values: list[float]) -> tuple[float, float]:
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        pad = abs(lo) * 0.05 or 1.0
+        return lo - pad, hi + pad
+    return lo, hi
+
+
+def _ticks(lo: float, hi: float, most: int = 5) -> list[float]:
+    """Round values between ``lo`` and ``hi``, at most ``most`` (1, 2 or 5 times a power of
+    ten apart)."""
+    raw = (hi - lo) / most
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(most + 1) if first + i * step <= hi + step * 1e-9]
+
+
+def _segments(xs: Sequence, ys: Sequence) -> list[list[tuple[float, float]]]:
+    """The line's runs of finite points, thinned to about ``_MAX_POINTS`` (the last kept)."""
+    n = min(len(xs), len(ys))
+    stride = max(1, math.ceil(n / _MAX_POINTS))
+    keep = [i for i in range(0, n, stride)] + ([n - 1] if n and (n - 1) % stride else [])
+    runs, run = [], []
+    for i in keep:
+        if _ok(xs[i]) and _ok(ys[i]):
+            run.append((xs[i], ys[i]))
+        elif run:
+            runs.append(run)
+            run = []
+    if run:
+        runs.append(run)
+    return runs
