@@ -172,7 +172,7 @@ class _Raw(Observer):
     def on_poll(self, ranks):
         now = time.time()
         for rk in ranks.values():
-            d = rk.ar.metadata["data"]
+            d = rk.metadata["data"]
             for k in [k for k in list(d) if k.startswith("raw:")]:
                 lat.append(now - d.pop(k))
 current().run('''

@@ -29,8 +29,7 @@ def _scale(seconds: float, n: int = 64, hz: int = 20) -> tuple[float, float, int
     from nbdist.telemetry.store import RunStore
 
     ranks = {
-        r: SimpleNamespace(ar=SimpleNamespace(metadata={"data": {}, "stdout": ""}), outcome=None)
-        for r in range(n)
+        r: SimpleNamespace(metadata={"data": {}, "stdout": ""}, outcome=None) for r in range(n)
     }
     cluster = SimpleNamespace(
         slots=[SimpleNamespace(rank=r) for r in range(n)], engines=SimpleNamespace(cluster_id="sim")
@@ -45,7 +44,7 @@ def _scale(seconds: float, n: int = 64, hz: int = 20) -> tuple[float, float, int
                 seq += 1
                 body = ev.Batch(r, seq, now, [ev.MetricRecord(now, seq, 1.0 / seq, 32, None, None)])
                 data, _ = deserialize_object(serialize_object({ev.key(r, seq): body}))
-                ranks[r].ar.metadata["data"].update(data)
+                ranks[r].metadata["data"].update(data)
                 sent[0] += 1
             t_next += 1 / hz
             stop.wait(max(0.0, t_next - time.monotonic()))
