@@ -184,10 +184,12 @@ def test_a_stop_leaves_nothing_running_when_it_returns(tmp_path, monkeypatch):
     """Every process is told at once and reaped before ``stop`` returns: no engine, scheduler
     or server left to end later, and none a zombie for init to collect. The bound only catches
     a stop gone badly wrong (it takes a fraction of a second: ``benchmarks/bench_cluster.py``)."""
-    import nbdist
+    from nbdist.config import ClusterConfig
+    from nbdist.notebook.session import Cluster
 
     monkeypatch.setenv("NBDIST_DATA_DIR", str(tmp_path))
-    cluster = nbdist.start(n=2)
+    cluster = Cluster(ClusterConfig(n=2))  # beside the module's cluster, not the current one
+    cluster.start()
     cluster.run("x = 1")
     procs = cluster.engines.processes()
     assert len(procs) >= 4  # controller and its schedulers, fork server, engines
