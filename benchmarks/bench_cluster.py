@@ -1,9 +1,10 @@
 """A cluster's own costs at 2, 8 and 16 engines, against plain ipyparallel in the same run.
 
 Four figures per size, each side in a fresh Python process (so each pays its imports):
-- **start**: ``nbdist.start(n=N)`` returns with a formed, checked process group; the baseline is
-  ``ipyparallel.Cluster(n=N)`` started and connected, then a gloo group formed on the engines
-  by hand and checked with an all-reduce (what a person would write);
+- **start**: ``nbdist.start(n=N)`` returns with a formed, checked process group; the baseline
+  is ``ipyparallel.Cluster(n=N)`` started and connected, then a gloo group formed on the
+  engines by hand and checked with an all-reduce (what a person would write). Each side's
+  package is imported before the clock starts; the engines' imports (torch) are timed;
 - **round trip**: a trivial cell (``pass``), ``Cluster.run`` against ``DirectView.execute``,
   the median of many;
 - **idle CPU**: the CPU of every process the side started (controller, schedulers, fork server,
@@ -57,13 +58,15 @@ _PROBE = textwrap.dedent(
         dist.all_reduce(t)
         return t.item()
 
+    if side == "nbdist":  # each side's package imported first: the start is what is timed
+        import nbdist
+    else:
+        import ipyparallel as ipp
     t0 = time.perf_counter()
     if side == "nbdist":
-        import nbdist
         cluster = nbdist.start(n=n, oversubscribe=n > 8)
         run = lambda: cluster.run("pass")
     else:
-        import ipyparallel as ipp
         ipc = ipp.Cluster(n=n, log_level=40)
         rc = ipc.start_and_connect_sync()
         rc.wait_for_engines(n)
