@@ -59,10 +59,10 @@ def _reap_all(timeout: float) -> None:
             return
 
 
-#: Imported at ``warm``, once the cluster's first engines run: DDP imports torch._dynamo (2-3 s
-#: of CPU) when it is first made, in every process; a replacement engine forked after this has
-#: it, and a recovered cell's ``prepare`` takes milliseconds, not seconds. (It does not add a
-#: thread: the server stays safe to fork.)
+#: Imported at ``warm`` (the kernel asks when a run with restarts starts): DDP imports
+#: torch._dynamo (2-3 s of CPU) when it is first made, in every process; a replacement engine
+#: forked after this has it, and a recovered cell's ``prepare`` takes milliseconds, not
+#: seconds. (It does not add a thread: the server stays safe to fork.)
 _WARM = ("torch._dynamo",)
 
 

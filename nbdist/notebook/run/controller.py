@@ -66,6 +66,8 @@ def run(
         raise UsageError(
             f"--min-workers {opts.min_workers} but the cluster has {n} ranks: give at most {n}"
         )
+    if opts.restarts:
+        cluster.engines.expect_replacements()
     run_key = f"{cluster.engines.cluster_id}-{uuid.uuid4().hex[:8]}"
     return RunController(
         cluster, program, opts, run_key=run_key, full=full, observers=observers

@@ -74,6 +74,11 @@ class EngineSet(Protocol):
     def retire(self, pids: list[int]) -> None:
         """Kill these engine processes and forget them (their ranks go to fresh engines)."""
 
+    def expect_replacements(self) -> None:
+        """A run that may replace lost engines starts: get ready to replace one quickly (local
+        engines: the fork server imports what a fresh engine's first cell would); may do
+        nothing."""
+
     def processes(self) -> list[psutil.Process]:
         """The processes this set owns on this machine (for cleanup and CPU accounting)."""
 
@@ -105,3 +110,6 @@ class OnThisMachine:
         """Kill these engines and forget them: their ranks go to fresh engines."""
         signal_own(pids, self.engine_pids, signal.SIGKILL)
         self.engine_pids.difference_update(pids)
+
+    def expect_replacements(self) -> None:
+        """Nothing to prepare (local engines override this)."""

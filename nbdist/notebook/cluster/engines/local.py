@@ -146,6 +146,7 @@ class LocalEngines(OnThisMachine):
         )
         self.client: ipp.Client | None = None
         self.engine_pids = Pids()  # each engine as first seen: signals never reach a reused pid
+        self._warm = False  # whether the fork server was asked to import _WARM
         # its logs kept to a size while it runs (see engines.logs)
         self.log_cap = LogCap(self._logs, config.Retention().log_bytes)
 
@@ -172,7 +173,6 @@ class LocalEngines(OnThisMachine):
             owner_only(Path(self._ipp.profile_dir) / "security")
             self.log_cap.start()
             self.add_engines(self.cfg.n, known=set())
-            self._forks.warm()  # for replacements: the first engines import it themselves
         except BaseException as exc:
             self.stop()
             if isinstance(exc, (KeyboardInterrupt, NbdistError)):
@@ -198,6 +198,15 @@ class LocalEngines(OnThisMachine):
             f"{n} engine(s) did not register within {self.cfg.start_timeout:.0f} s; "
             f"their logs are in {self.log_dir}"
         )
+
+    def expect_replacements(self) -> None:
+        """Have the fork server import what a fresh engine's first cell imports (once, 2-3 s
+        of its CPU), so that a replacement forked after prepares its model in milliseconds.
+        Asked for by a run with restarts, not at start: a cluster that never replaces an
+        engine never spends it."""
+        if not self._warm:
+            self._warm = True
+            self._forks.warm()
 
     def _died_starting(self, pid: int) -> str:
         """One line: the engine that died while starting, how, and the last line it logged."""

@@ -262,8 +262,7 @@ class RemoteEngines:
     def _leave(self, eid: int) -> None:
         if eid not in self._gone:
             self._gone.add(eid)
-            if self._host_of.get(eid) in self._hosts:
-                self._vacant.append(self._host_of[eid])
+            self._vacant += [self._host_of[eid]] if self._host_of.get(eid) in self._hosts else []
 
     def signal(self, pids: list[int], sig: int = signal.SIGINT) -> None:
         """Send ``sig`` to these engines (ours only), relayed by each engine's nanny."""
@@ -271,9 +270,8 @@ class RemoteEngines:
         eids = [by_pid[p] for p in pids if p in self.engine_pids and p in by_pid]
         if self.client is None or not eids:
             return
-        if sig == signal.SIGKILL:
-            for eid in eids:
-                self._leave(eid)
+        for eid in eids if sig == signal.SIGKILL else ():
+            self._leave(eid)
         targets = [e for e in eids if e in self.client.ids]
         if targets:
             try:
@@ -281,9 +279,11 @@ class RemoteEngines:
             except Exception:
                 pass  # the engine left meanwhile
 
+    def expect_replacements(self) -> None:
+        """Nothing to prepare: remote engines start as ipyparallel's launchers start them."""
+
     def retire(self, pids: list[int]) -> None:
-        """Kill these engines and forget them: their ranks go to fresh engines (on the same
-        hosts first)."""
+        """Kill these engines and forget them: fresh engines take their ranks (same hosts first)."""
         self.signal(pids, signal.SIGKILL)
         self.engine_pids.difference_update(pids)
 
