@@ -26,8 +26,9 @@ import textwrap
 from dataclasses import dataclass, replace
 
 from . import Result, private_data_dir
+from .bench_start import HAND_MADE_GROUP
 
-_PROBE = textwrap.dedent(
+_PROBE = HAND_MADE_GROUP + textwrap.dedent(
     """
     import json, os, socket, statistics, sys, time
     import psutil
@@ -48,16 +49,6 @@ _PROBE = textwrap.dedent(
                 pass
         return total
 
-    def form(rank, world, port):
-        import os
-        import torch
-        import torch.distributed as dist
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        t = torch.ones(1)
-        dist.all_reduce(t)
-        return t.item()
-
     if side == "nbdist":  # each side's package imported first: the start is what is timed
         import nbdist
     else:
@@ -73,7 +64,7 @@ _PROBE = textwrap.dedent(
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        ars = [rc[e].apply_async(form, r, n, port) for r, e in enumerate(rc.ids[:n])]
+        ars = [rc[e].apply_async(_form, r, n, port) for r, e in enumerate(rc.ids[:n])]
         assert [ar.get(120) for ar in ars] == [float(n)] * n
         view = rc[:]
         run = lambda: view.execute("pass", block=True)

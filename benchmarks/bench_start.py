@@ -37,12 +37,9 @@ get_ipython().run_line_magic("nbdist", "start -n {WORKERS}")
 time.perf_counter() - t0
 """
 
-_BASELINE = f"""
-import time
-t0 = time.perf_counter()
-import socket
-import ipyparallel as ipp
-
+#: The hand-made group of the baselines (here and ``bench_cluster``): sent to each engine, it
+#: joins a gloo group at rank 0's port and checks it with an all-reduce of ones.
+HAND_MADE_GROUP = """
 def _form(rank, world, port):
     import os
     import torch
@@ -52,7 +49,14 @@ def _form(rank, world, port):
     t = torch.ones(1)
     dist.all_reduce(t)
     return t.item()
+"""
 
+_BASELINE = f"""
+import time
+t0 = time.perf_counter()
+import socket
+import ipyparallel as ipp
+{HAND_MADE_GROUP}
 cluster = ipp.Cluster(n={WORKERS})
 rc = cluster.start_and_connect_sync()
 rc.wait_for_engines({WORKERS})
