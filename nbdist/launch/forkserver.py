@@ -5,13 +5,14 @@ share that cost, so a 2-engine cluster is ready (process group included) in abou
 of engines started one by one, and a dead engine is replaced in a fraction of a second.
 
 Forking is safe here because the server never starts a thread and never touches CUDA: one loop
-waits on stdin, on a pipe that SIGCHLD wakes, and on a timer that checks the kernel is still
-there (``lifeline``). A fork from a multi-threaded process can deadlock the child on a lock
-another thread held (Python 3.12 warns about it); this one has no other thread to hold one.
+waits on stdin, on a pipe that SIGCHLD wakes, and on the kernel's pidfd, readable when the
+kernel ends (``lifeline``; a timer where the OS has no pidfds). A fork from a multi-threaded
+process can deadlock the child on a lock another thread held (Python 3.12 warns about it); this
+one has no other thread to hold one.
 
 Protocol, lines on stdin/stdout: ``spawn`` → ``pid PID``; ``warm`` → the server imports what a
 first training cell imports (``_WARM``), so engines forked later (a lost rank's replacement)
-start with it; ``exit`` → the server leaves. When an
+start with it; ``exit`` → the server reaps its engines (told to leave) and leaves. When an
 engine ends, the server says ``exit PID STATUS`` at once (STATUS as ``os.waitstatus_to_exitcode``:
 negative for a signal), which is how the notebook learns of a dead engine within milliseconds.
 Runs as ``python -m nbdist.launch.forkserver PROFILE_DIR CLUSTER_ID LOG_DIR``.
@@ -54,9 +55,10 @@ def _reap_all(timeout: float) -> None:
     while time.monotonic() < deadline:
         _reap()
         try:
-            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)  # blocks until one ends
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)  # any child left?
         except ChildProcessError:
             return
+        time.sleep(0.005)  # they leave within milliseconds of their SIGTERM
 
 
 #: Imported at ``warm`` (the kernel asks when a run with restarts starts): DDP imports
