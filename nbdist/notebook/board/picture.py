@@ -59,7 +59,8 @@ def dashboard_svg(
     ]
     ranks, mean = metrics.get("loss", ([], ([], [])))
     parts.append(_chart(12, 56, 470, 210, "loss", _lines(ranks, mean), "step", legend=True))
-    parts.append(_chart(500, 56, 248, 210, "samples/s", [(*rate, "#1565c0", 1.6, 1.0)], "s"))
+    rate_line = [(*rate, "#1565c0", 1.6, 1.0)]
+    parts.append(_chart(500, 56, 248, 210, "samples/s", rate_line, "s", from_zero=True))
     y = 280
     others = [n for n in metrics if n != "loss"][:_OTHER_METRICS]
     for i, name in enumerate(others):
@@ -94,9 +95,9 @@ def _lines(ranks: list[tuple[int, list, list]], mean: Curve) -> list:
 
 
 def _chart(x0: float, y0: float, w: float, h: float, title: str, lines: list, xlabel: str = "",
-           legend: bool = False) -> str:  # fmt: skip
+           legend: bool = False, from_zero: bool = False) -> str:  # fmt: skip
     """One chart: its title, a frame with ticks on both axes, and its lines (gaps where a
-    value is not finite)."""
+    value is not finite); ``from_zero``: the y axis starts at 0 (a rate)."""
     left, top, bottom = x0 + 46, y0 + 20, y0 + h - 22
     right = x0 + w - 6
     out = [_text(x0 + 2, y0 + 13, title, size=12, bold=True)]
@@ -111,7 +112,7 @@ def _chart(x0: float, y0: float, w: float, h: float, title: str, lines: list, xl
         out.append(_text(left + 8, top + 20, "no values", size=11, fill="#888"))
         return "".join(out)
     xlo, xhi = _span([p[0] for p in finite])
-    ylo, yhi = _span([p[1] for p in finite])
+    ylo, yhi = _span([p[1] for p in finite] + ([0.0] if from_zero else []))
 
     def px(x: float) -> float:
         return left + (x - xlo) / (xhi - xlo) * (right - left)
