@@ -98,3 +98,18 @@ def test_every_death_is_reported_when_engines_die_as_fast_as_they_start(tmp_path
         for stream in (server.stdin, server.stdout):
             stream.close()
     assert_gone(pids + [server.pid])
+
+
+def test_a_new_engine_registers_without_waiting_for_a_heartbeat():
+    """The controller beats every 30 s here, past the 20 s the engines get to register:
+    ipyparallel's own monitor registers an engine only at the beat after its heart first
+    answered, so this start (and the replacement after it) would time out.
+    ``nbdist.launch.heart`` pings a heart as it subscribes and registers it at its answer."""
+    c = nbdist.start(n=1, heartbeat_ms=30_000, start_timeout=20)
+    pids = [p.pid for p in c.engines.processes()]
+    try:
+        c.replace([0])  # a fresh engine, registered within start_timeout as well
+        assert c.run("nbdist.rank()") == 0
+    finally:
+        c.stop()
+    assert_gone(pids)
