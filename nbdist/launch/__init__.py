@@ -1,7 +1,7 @@
 """The processes nbdist starts beside the kernel, each run as ``python -m``:
 
-- ``forkserver``: imports torch once and forks a local cluster's engines from itself (engine side: it loads
-  ``nbdist.worker``);
+- ``forkserver``: imports torch once and forks a local cluster's engines from itself (engine
+  side: it loads ``nbdist.worker``);
 - ``controller``: ipyparallel's controller (local and remote clusters), leaving without the
   interpreter's teardown, with ``heart``: a slow heartbeat that registers new engines at once;
 - ``lifeline``: ties each of them, and every engine, to the kernel that started it.

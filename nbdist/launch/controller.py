@@ -1,4 +1,4 @@
-"""A cluster's ipyparallel controller (local or remote engines), which leaves without the interpreter's teardown.
+"""A cluster's ipyparallel controller (local or remote engines), leaving without teardown.
 
 Its heart monitor is ``heart.QuickHeartMonitor``: a slow beat, and new engines registered at
 once. The controller stops at its SIGTERM in a few milliseconds (its schedulers and heart monitor
