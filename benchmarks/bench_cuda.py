@@ -8,6 +8,11 @@
    ``precision="bf16"`` vs ``precision="fp16"``, at two sizes.
 3. Whether NCCL lets two processes share one GPU (plain torch, no nbdist): the reason a second
    engine on a one-GPU machine gets no GPU.
+4. ``%%distributed`` against ``torchrun`` (``benchmarks/bench_train.py``, same loop, sides
+   alternated): one rank per GPU with NCCL, at the benchmark's sizes and at sizes that keep the
+   GPU busy; and two ranks on this machine's CPUs with gloo (the GPU hidden from both sides).
+
+``--only start,train,share,torchrun`` runs some of them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,10 +146,34 @@ def _share_probe() -> str:
         return f"exit {p.returncode}: " + " | ".join(lines or (p.stderr.strip().splitlines()[-1:]))
 
 
+def _vs_torchrun() -> list:
+    """bench_train's comparison with one rank on the GPU (NCCL on both sides), at its own sizes
+    and at GPU-sized ones, then with two ranks on the CPUs (gloo), the GPU hidden."""
+    from benchmarks import bench_train, table
+
+    results = bench_train.run(workers=1, repeats=3)
+    big = bench_train.run(workers=1, repeats=2, mlp=(4096, 4096), cnn=(512, 512))
+    results += [replace(r, name=r.name + " (large)") for r in big]
+    print(table(results), flush=True)
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        cpu = [replace(r, name=r.name + " (CPU, 2 ranks)") for r in bench_train.run(repeats=2)]
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+    print(table(cpu), flush=True)
+    return results + cpu
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--only", default="start,train,share,torchrun", help="sections, by name")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     os.environ.setdefault("NBDIST_DATA_DIR", tempfile.mkdtemp(prefix="nbdist-bench-"))
     import torch
 
@@ -154,6 +184,20 @@ def main() -> None:
     }
     print(f"# {res['gpu']}, torch {res['torch']}, NCCL {res['nccl']}\n", flush=True)
 
+    if "start" in only:
+        _start_section(res)
+    if "train" in only:
+        _train_section(res)
+    if "share" in only:
+        res["two_ranks_one_gpu_nccl"] = _share_probe()
+        print(f"NCCL, two processes on cuda:0: {res['two_ranks_one_gpu_nccl']}", flush=True)
+    if "torchrun" in only:
+        res["vs_torchrun"] = [{**asdict(r), "ratio": r.ratio} for r in _vs_torchrun()]
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+
+
+def _start_section(res: dict) -> None:
     res["start_gpu"] = _start_times(3, hide_gpu=False)
     res["start_cpu"] = _start_times(2, hide_gpu=True)
     print(
@@ -168,6 +212,8 @@ def main() -> None:
             )
     print(flush=True)
 
+
+def _train_section(res: dict) -> None:
     res["train"] = _train_speed()
     base = {(r["size"]): r["steps_per_s"] for r in res["train"] if r["precision"] == "fp32"}
     print("| MLP | batch | precision | steps/s | ms/step | vs fp32 | peak MiB | last loss |")
@@ -178,11 +224,6 @@ def main() -> None:
               f"{r['steps_per_s'] / base[r['size']]:.2f}x | {r['peak_mem_mb']:.0f} | "
               f"{r['loss']:.3f} |")  # fmt: skip
     print(flush=True)
-
-    res["two_ranks_one_gpu_nccl"] = _share_probe()
-    print(f"NCCL, two processes on cuda:0: {res['two_ranks_one_gpu_nccl']}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

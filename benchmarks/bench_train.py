@@ -5,8 +5,9 @@ nbdist's side drives a real IPython kernel (``%load_ext nbdist``, ``%nbdist star
 the kernel's own work while the cell runs (the supervisor's polling, output forwarding, the
 dashboard), and that work competes for the same cores as the ranks. The baseline is
 ``torchrun --nproc-per-node 2`` running ``benchmarks/workloads.py``, the file whose ``train()``
-the cell calls. Both sides use 2 workers with cores/2 threads each, and only one side runs at a
-time (the cluster is stopped while torchrun runs). nbdist runs each model twice: bare
+the cell calls. Both sides use 2 workers (``workers=``; ``bench_cuda`` asks for one per GPU) with
+an equal share of the cores each, and only one side runs at a time (the cluster is stopped while
+torchrun runs). nbdist runs each model twice: bare
 (``--no-dashboard``, no reports: target 0.98) and with ``nbdist.report()`` every step under the
 live dashboard (target 0.97). Repeats alternate which side goes first; the figures are medians,
 and the note gives each side's spread (max - min over median) so a noisy machine shows.
@@ -27,6 +28,7 @@ from . import Result, threads_each
 from ._kernel import ROOT, Kernel
 from .workloads import MODELS
 
+#: Workers per side: two on a CPU machine; ``bench_cuda`` asks for one per GPU.
 WORKERS = 2
 
 
@@ -45,9 +47,10 @@ FULL = Sizes()
 TINY = Sizes(steps=2, warmup=1, repeats=1, mlp=(8, 32), cnn=(4, 32))
 
 
-def threads_per_worker() -> int:
-    """Half this machine's cores each, so that two workers fill it without oversubscribing."""
-    return threads_each(WORKERS)
+def threads_per_worker(workers: int = WORKERS) -> int:
+    """An equal share of this machine's cores each, so the workers fill it without
+    oversubscribing."""
+    return threads_each(workers)
 
 
 def reporting_available() -> bool:
@@ -81,12 +84,12 @@ def _cell(args: dict, report: bool) -> str:
     )
 
 
-def torchrun(runs: dict[str, dict], timeout: float) -> dict[str, dict]:
+def torchrun(runs: dict[str, dict], timeout: float, workers: int = WORKERS) -> dict[str, dict]:
     """Every model in ``runs`` ({model: train() arguments}) in one torchrun launch, in order;
     rank 0's figures by model (the baseline of this benchmark and of ``bench_report``)."""
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={WORKERS}", str(ROOT / "benchmarks" / "workloads.py"),
+        f"--nproc-per-node={workers}", str(ROOT / "benchmarks" / "workloads.py"),
         "--config", json.dumps({m: {k: v for k, v in a.items() if k != "model"}
                                 for m, a in runs.items()}),
     ]  # fmt: skip
@@ -108,10 +111,12 @@ def _spread(xs: list[float]) -> str:
     return f"{100 * (max(xs) - min(xs)) / statistics.median(xs):.0f}%"
 
 
-def run(tiny: bool = False, **sizes) -> list[Result]:
-    """Measure samples/s both ways, for each model; ``sizes`` override fields of ``Sizes``."""
+def run(tiny: bool = False, workers: int = WORKERS, start: str = "", **sizes) -> list[Result]:
+    """Measure samples/s both ways, for each model, with ``workers`` ranks a side (one per GPU
+    where there are GPUs: NCCL on both sides); ``start``: more ``%nbdist start`` options;
+    ``sizes`` override fields of ``Sizes``."""
     s = replace(TINY if tiny else FULL, **sizes)
-    threads = threads_per_worker()
+    threads = threads_per_worker(workers)
     variants = ["plain"] + (["report"] if reporting_available() else [])
     got: dict[tuple[str, str], list[float]] = {}
 
@@ -125,7 +130,7 @@ def run(tiny: bool = False, **sizes) -> list[Result]:
         k.run("%load_ext nbdist")
 
         def nbdist_side() -> None:
-            k.run(f"%nbdist start -n {WORKERS} --threads {threads}")
+            k.run(f"%nbdist start -n {workers} --threads {threads} {start}")
             try:
                 for model in MODELS:
                     for v in variants:
@@ -134,7 +139,7 @@ def run(tiny: bool = False, **sizes) -> list[Result]:
                 k.run("%nbdist stop")
 
         def torchrun_side() -> None:
-            figures = torchrun({m: _args(m, s, threads) for m in MODELS}, timeout=600)
+            figures = torchrun({m: _args(m, s, threads) for m in MODELS}, 600, workers)
             for model in MODELS:
                 note((model, "torchrun"), figures[model])
 
