@@ -195,6 +195,7 @@ class CellRequest:
     group_timeout: float = 300.0
     trial: TrialInfo | None = None  # a sweep's trial: its group is ``group``, of its own ranks
     profile: int | bool = False  # torch.profiler: True for the whole cell, N for N steps
+    telemetry: bool = True  # send report()'s records and health: the kernel watches the run
 
 
 @dataclass(frozen=True)

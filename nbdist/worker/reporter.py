@@ -2,9 +2,12 @@
 
 ``report()`` only appends a tuple to a queue, so it costs about a microsecond and never blocks
 the training step. A daemon thread (one per engine) makes each a ``MetricRecord`` (reading a
-tensor loss there, off the training thread) and sends them every 50 ms, with a ``HealthSample``
-every half second, as one ``Batch`` through ipyparallel's data publication (the schema is
-``nbdist.telemetry.events``). Health flows whether or not the cell reports.
+tensor loss there, off the training thread) and sends them every 200 ms, with a
+``HealthSample`` every half second, as one ``Batch`` through ipyparallel's data publication (the
+schema is ``nbdist.telemetry.events``). Health flows whether or not the cell reports. The thread
+sleeps between cells, and its first batch goes out 200 ms into a cell: a short cell sends one
+batch, from ``end_cell``. A cell nobody in the kernel watches (``telemetry=False``: ``Cluster.run``
+with no observer) wakes no thread and sends nothing; ``report()`` is then a no-op.
 
 The batches must carry the cell's request as their parent, or the notebook cannot tie them to the
 cell: ipykernel keeps the parent per execution context, which a thread does not inherit. So the
@@ -50,7 +53,8 @@ class _Reporter:
         self.queue: deque[tuple] = deque(maxlen=_MAX_QUEUED)
         self.events: deque[EventRecord] = deque(maxlen=10_000)
         self.lock = threading.Lock()  # one sender at a time: the thread or end_cell()
-        self.wake = threading.Event()
+        self.wake = threading.Event()  # send now (a NaN loss), or the cell ended
+        self.begun = threading.Event()  # a watched cell began: the sleeping thread starts
         self.thread: threading.Thread | None = None
         self.parent: dict | None = None  # the running cell's request header; None between cells
         self.pub = None  # (session, socket, topic)
@@ -73,14 +77,18 @@ class _Reporter:
         self.ddp_at_start: dict[int, int] = {}
 
     # -- cell boundaries (main thread) ----------------------------------------------------------
-    def begin_cell(self) -> None:
+    def begin_cell(self, telemetry: bool = True) -> None:
+        self.parent = None
+        self.queue.clear()
+        self.events.clear()  # a checkpoint's event from an unwatched cell is not the next one's
+        if not telemetry:
+            return
         from IPython import get_ipython
 
         shell = get_ipython()
         # ipyparallel's engine kernel sets the shell's data publisher; a plain kernel has none.
         data_pub = getattr(shell, "__dict__", {}).get("_data_pub") if shell is not None else None
         if data_pub is None or data_pub.session is None:  # not an ipyparallel engine
-            self.parent = None
             return
         from jupyter_client.session import extract_header
 
@@ -95,12 +103,11 @@ class _Reporter:
         self._reset()
         self.ddp_at_start = _ddp_iterations()
         state.engine.pipeline_idle = None  # a pipeline is shown once it steps in this cell
-        self.queue.clear()
         self.parent = parent or None
         if self.thread is None or not self.thread.is_alive():
             self.thread = threading.Thread(target=self._loop, name="nbdist-reporter", daemon=True)
             self.thread.start()
-        self.wake.set()  # a first health sample at once: the notebook knows this rank is alive
+        self.begun.set()
 
     def end_cell(self) -> None:
         if self.parent is None:
@@ -115,8 +122,11 @@ class _Reporter:
     # -- sending --------------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            # between cells nothing is sent: sleep until the next cell wakes this thread
-            self.wake.wait(FLUSH_INTERVAL if self.parent is not None else None)
+            if self.parent is None:  # between cells nothing is sent: sleep until one begins
+                self.begun.wait()
+                self.begun.clear()
+                continue
+            self.wake.wait(FLUSH_INTERVAL)
             self.wake.clear()
             if self.parent is None:
                 continue
@@ -286,9 +296,6 @@ def report(
     progress bar and ETA; ``metrics``: any other numbers (``lr=...``, ``comm_time=SECONDS``).
     Never blocks: records are queued and sent in batches by a background thread.
     """
-    if _reporter.parent is None:
-        context.current()  # off an engine: the one-line "runs on nbdist engines only" error
-        return  # outside a %%distributed cell (e.g. a thread left running): nothing to send to
     # The common call (an int step, a float or tensor loss, numbers for samples and total)
     # takes the fast path: set lookups of types, a clock read and a deque append.
     if (
@@ -302,6 +309,9 @@ def report(
         _check(step, samples, total, metrics)
     if type(loss) is not float and loss is not None:
         loss = _loss_value(loss)
+    if _reporter.parent is None:  # a cell nobody watches, or none (a thread left running)
+        context.current()  # off an engine: the one-line "runs on nbdist engines only" error
+        return
     _append((_now(), step, loss, samples, total, metrics or None))  # MetricRecord's order
     if type(loss) is float and loss - loss != 0.0:  # NaN or +-inf: out at once
         _reporter.wake.set()
@@ -371,9 +381,10 @@ def publish(data: dict) -> bool:
         return True
 
 
-def begin_cell() -> None:
-    """Runner hook, main thread, cell start: capture the cell's request, start the sender."""
-    _reporter.begin_cell()
+def begin_cell(telemetry: bool = True) -> None:
+    """Runner hook, main thread, cell start: capture the cell's request, start the sender
+    (``telemetry`` False: nobody watches this cell, nothing is sent)."""
+    _reporter.begin_cell(telemetry)
 
 
 def end_cell() -> None:

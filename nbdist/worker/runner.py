@@ -126,7 +126,8 @@ def run_cell(req: CellRequest) -> CellOutcome:
     state.engine.program_file = req.program.filename
     bound = None
     try:
-        reporter.begin_cell()  # ties nbdist.report()'s batches to this request; starts health
+        # ties nbdist.report()'s batches to this request, and samples health while it runs
+        reporter.begin_cell(req.telemetry)
         if req.group is not None:
             rendezvous.form(req.group, req.group_timeout)
         bound = trials.begin(req.trial)

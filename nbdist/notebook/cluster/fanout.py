@@ -119,25 +119,56 @@ def sent_so_far(ar: Any) -> dict:
     return held[0] if isinstance(held, list) and len(held) == 1 else ar.metadata
 
 
-def _send(client, eid: int, fn: Callable, args: tuple) -> Any:
+def _send_all(client, fn: Callable, calls: Mapping[K, tuple[int, Any]]) -> dict[K, Any]:
+    """Send ``fn(*args)`` to each target, as ``DirectView.apply_async`` to each engine would,
+    without its cost: no view is made per call, the function is pickled once for all targets,
+    and an argument already ``PrePickled`` once however many targets share it.
+    ipyparallel's AsyncResults by key; an ``Unsent`` for an engine the controller no longer has.
+    """
+    from ipyparallel.client.asyncresult import AsyncResult
+    from ipyparallel.serialize import PrePickled
+
+    forget(client)
+    engines = getattr(client, "_engines", None)  # engine id -> its zmq identity, as known now
+    if engines is None:  # not ipyparallel's client (a test's): through its views
+        return {key: _by_view(client, eid, fn, args) for key, (eid, args) in calls.items()}
+    f = PrePickled(fn)
+    name = getattr(fn, "__name__", "call")
+    out = {}
+    for key, (eid, args) in calls.items():
+        ident = engines.get(eid)
+        if ident is None:  # "No such engine": the controller dropped it
+            out[key] = Unsent(eid)
+            continue
+        packed = [a if isinstance(a, PrePickled) else PrePickled(a) for a in args]
+        future = client.send_apply_request(
+            client._mux_stream, f, packed, {}, ident=ident.encode("utf8"), metadata={"label": None}
+        )
+        out[key] = AsyncResult(client, future, fname=name, targets=eid, owner=True)
+    return out
+
+
+def _by_view(client, eid: int, fn: Callable, args: Any) -> Any:
     try:
         view = client[eid]
-    except IndexError:  # "No such engine": the controller dropped it
+    except IndexError:  # "No such engine"
         return Unsent(eid)
     return view.apply_async(fn, *args)
 
 
 def submit(client, targets: Mapping[K, int], fn: Callable, *args: Any) -> dict[K, Any]:
     """Send ``fn(*args)`` to each engine id in ``targets`` (key -> engine id), without waiting;
-    ipyparallel's AsyncResults by key (an ``Unsent`` for an engine already gone)."""
-    forget(client)
-    return {key: _send(client, eid, fn, args) for key, eid in targets.items()}
+    ipyparallel's AsyncResults by key (an ``Unsent`` for an engine already gone). The
+    arguments are pickled once for all targets."""
+    from ipyparallel.serialize import PrePickled
+
+    packed = [PrePickled(a) for a in args]
+    return _send_all(client, fn, {key: (eid, packed) for key, eid in targets.items()})
 
 
 def submit_each(client, fn: Callable, calls: Mapping[K, tuple[int, tuple]]) -> dict[K, Any]:
     """Like ``submit``, with arguments of its own for each target: ``{key: (engine_id, args)}``."""
-    forget(client)
-    return {key: _send(client, eid, fn, args) for key, (eid, args) in calls.items()}
+    return _send_all(client, fn, calls)
 
 
 def died(exc: BaseException) -> bool:

@@ -145,8 +145,15 @@ class CellRun:
         self._news = False
         self._quiet_since = self._t0 - _ACTIVE_FOR
         self.ranks: dict[int, RankRun] = {}
+        calls = {}
         for r in ranks:
             slot = cluster.slots[r]
+            gone = self._gone(slot)
+            if gone:  # died since the last cell: a death like one during the cell
+                self.ranks[r] = RankRun(
+                    r, slot.engine_id, slot.pid, _NoReply(), _lost("died", gone)
+                )
+                continue
             request = CellRequest(
                 program=program,
                 run_key=run_key,
@@ -157,16 +164,28 @@ class CellRun:
                 profile=opts.profile,
                 run_id=run_id,
                 resume=opts.resume,
+                telemetry=bool(self.observers),  # what the ranks send, only if it is read
             )
-            gone = self._gone(slot)
-            if gone:  # died since the last cell: a death like one during the cell
-                self.ranks[r] = RankRun(
-                    r, slot.engine_id, slot.pid, _NoReply(), _lost("died", gone)
-                )
-                continue
-            ar = fanout.submit(cluster.client, {r: slot.engine_id}, api.run_cell, request)[r]
-            ar.add_done_callback(lambda _: self._wake.set())  # from ipyparallel's IO thread
+            calls[r] = (slot.engine_id, (request,))
+        self._unanswered = len(calls)
+        self._count = threading.Lock()
+        for r, ar in fanout.submit_each(cluster.client, api.run_cell, calls).items():
+            slot = cluster.slots[r]
             self.ranks[r] = RankRun(r, slot.engine_id, slot.pid, ar, None, fanout.sent_so_far(ar))
+            ar.add_done_callback(self._replied)  # from ipyparallel's I/O thread
+
+    def _replied(self, ar) -> None:
+        """A rank answered (ipyparallel's I/O thread): the loop is woken when it must act, at a
+        failure or at the last reply, not at every rank's success."""
+        with self._count:
+            self._unanswered -= 1
+            last = self._unanswered <= 0
+        try:
+            failed = ar.exception(0) is not None or ar.result(0).kind != "ok"
+        except Exception:  # not a CellOutcome (an Unsent's EngineGone): a failure
+            failed = True
+        if last or failed:
+            self._wake.set()
 
     def _gone(self, slot) -> str:
         """Why the engine of ``slot`` cannot take the cell (it exited, or the controller
