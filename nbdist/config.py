@@ -31,8 +31,9 @@ MIN_ENGINE_LIMIT = 8
 SCHEDULER_ENGINE_LIMIT = 4096
 #: Restarts one cell may use: a worker lost more often has a cause to fix, not to retry.
 MAX_RESTARTS = 100
-#: The shortest progress deadline: ranks report every 200 ms; less takes healthy ranks for hung.
-MIN_PROGRESS_TIMEOUT = 1.0
+#: The shortest progress deadline: ranks report every 0.5 s, read as often; less takes healthy
+#: ranks for hung.
+MIN_PROGRESS_TIMEOUT = 2.0
 
 
 def data_dir() -> Path:
@@ -191,7 +192,7 @@ class CellOptions:
                 raise UsageError(
                     "--min-workers only acts when a lost worker is not replaced: add --restarts R"
                 )
-        low, fix = MIN_PROGRESS_TIMEOUT, " (reports come every 0.2 s)"
+        low, fix = MIN_PROGRESS_TIMEOUT, " (reports come every 0.5 s)"
         set_(
             self, "progress_timeout", seconds(self.progress_timeout, "--progress-timeout", low, fix)
         )
@@ -220,8 +221,9 @@ def _rank_list(ranks: object) -> tuple[int, ...]:
 class TelemetryConfig:
     """How the notebook watches a running cell: the dashboard's pace and the health verdicts."""
 
-    ui_interval: float = 0.25
-    """Seconds between the dashboard's updates: what changed goes to the browser, which draws."""
+    ui_interval: float = 0.5
+    """Seconds between the dashboard's updates: what changed goes to the browser, which draws
+    (the ranks' batches come as often)."""
     store_interval: float = 0.5
     """Seconds between writes to the run store (one transaction each)."""
     silent_after: float = 5.0

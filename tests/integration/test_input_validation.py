@@ -86,7 +86,7 @@ def test_cell_options_are_refused_before_any_rank_runs_the_cell(nb, tmp_path):
         ("--timeout nan", "--timeout must be a positive number of seconds (leave --timeout out "),
         ("--timeout inf", "not inf"),
         ("--timeout -1", "not -1.0"),
-        ("--progress-timeout 0", "--progress-timeout must be a number of seconds >= 1"),
+        ("--progress-timeout 0", "--progress-timeout must be a number of seconds >= 2"),
         ("--progress-timeout nan", "--progress-timeout must be a number of seconds >= 1"),
         ("--progress-timeout -5", "not -5.0"),
         ("--ranks 0,0", "--ranks names rank(s) 0 twice: name each rank once"),

@@ -30,7 +30,7 @@ from .observers import RunObserver
 from .output import RankOutput
 
 _POLL = 0.02  # seconds between looks at the ranks while output flows (what a person sees)
-_IDLE_POLL = 0.25  # ...and otherwise: telemetry is read as often as the dashboard shows it
+_IDLE_POLL = 0.5  # ...and otherwise: telemetry is read as often as it comes (and drawn)
 _ACTIVE_FOR = 1.0  # seconds after the last news that count as "flowing"
 _OUTPUT_WAIT = 2.0  # seconds to wait for a finished rank's last output to arrive
 _SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # engines' text is text
