@@ -87,7 +87,7 @@ def test_cell_options_are_refused_before_any_rank_runs_the_cell(nb, tmp_path):
         ("--timeout inf", "not inf"),
         ("--timeout -1", "not -1.0"),
         ("--progress-timeout 0", "--progress-timeout must be a number of seconds >= 2"),
-        ("--progress-timeout nan", "--progress-timeout must be a number of seconds >= 1"),
+        ("--progress-timeout nan", "--progress-timeout must be a number of seconds >= 2"),
         ("--progress-timeout -5", "not -5.0"),
         ("--ranks 0,0", "--ranks names rank(s) 0 twice: name each rank once"),
         ("--ranks ''", "--ranks names no rank: name some, like 0,2"),
@@ -213,7 +213,7 @@ def test_an_engine_that_dies_while_starting_fails_at_once_with_its_exit(nb):
         (lambda: CellOptions(restarts=1, min_workers=0), "--min-workers must be a whole number"),
         (
             lambda: CellOptions(progress_timeout=0.5),
-            "--progress-timeout must be a number of seconds >= 1",
+            "--progress-timeout must be a number of seconds >= 2",
         ),
         (lambda: CellOptions(grace=-1), "grace must be a number of seconds >= 0"),
         (lambda: CellOptions(all_output="yes"), "all_output must be True or False"),

@@ -67,6 +67,25 @@ def test_health_flows_without_report(cluster):
     assert len(mon.writer.store.health(mon.run_id)) == 2
 
 
+_BATCHES = "from nbdist.worker import reporter as _r\n_r._reporter.seq"  # batches sent so far
+
+
+def test_a_cell_nobody_watches_sends_nothing_and_one_watched_briefly_sends_one_batch(cluster):
+    """Every batch costs the controller and the kernel's client thread about a millisecond:
+    ``Cluster.run`` with no observer sends none (report() is a no-op there), and a watched cell
+    shorter than the reporter's interval sends one, at its end, with its records and health."""
+    src = "for i in range(50):\n    nbdist.report(step=i, loss=1.0)\n"
+    before = cluster.run(_BATCHES)
+    cluster.run(src)
+    assert cluster.run(_BATCHES) == before
+    mon, opts = _monitor(cluster, src)
+    with mon:
+        cluster.run(src, opts, observers=[mon])
+    assert cluster.run(_BATCHES) == before + 1
+    assert mon.collector.records == 100  # both ranks' 50 records, in that one batch each
+    assert all(st.health is not None for st in mon.collector.ranks.values())
+
+
 def test_bad_report_arguments_fail_the_cell_with_one_line(cluster):
     with pytest.raises(DistributedCellError, match=r"step must be a whole number, not 'x'"):
         cluster.run("nbdist.report(step='x', loss=1.0)")
