@@ -144,7 +144,7 @@ def _send_all(client, fn: Callable, calls: Mapping[K, tuple[int, Any]]) -> dict[
         future = client.send_apply_request(
             client._mux_stream, f, packed, {}, ident=ident.encode("utf8"), metadata={"label": None}
         )
-        out[key] = AsyncResult(client, future, fname=name, targets=eid, owner=True)
+        out[key] = AsyncResult(client, future, fname=name, targets=[eid], owner=True)
     return out
 
 
