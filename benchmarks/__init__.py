@@ -102,16 +102,24 @@ def table(results: list[Result]) -> str:
 
 
 @contextlib.contextmanager
+def environ(name: str, value: str | None) -> Iterator[None]:
+    """``os.environ[name]`` set to ``value`` (None: left as it is) in this process and what it
+    starts, then put back as it was."""
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+@contextlib.contextmanager
 def private_data_dir(prefix: str) -> Iterator[str]:
     """``NBDIST_DATA_DIR`` set to a fresh temporary folder (this process and the clusters it
     starts keep their records there, never the user's), then put back and removed."""
-    old = os.environ.get("NBDIST_DATA_DIR")
-    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        os.environ["NBDIST_DATA_DIR"] = tmp
-        try:
-            yield tmp
-        finally:
-            if old is None:
-                os.environ.pop("NBDIST_DATA_DIR", None)
-            else:
-                os.environ["NBDIST_DATA_DIR"] = old
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp, environ("NBDIST_DATA_DIR", tmp):
+        yield tmp

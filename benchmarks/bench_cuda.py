@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import nbdist  # noqa: E402
+from benchmarks import environ  # noqa: E402
 
 _TRAIN = """
 import time, torch, torch.nn as nn, torch.nn.functional as F
@@ -88,10 +89,7 @@ if __name__ == "__main__":
 
 def _start_times(repeat: int, hide_gpu: bool) -> list[dict]:
     out = []
-    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if hide_gpu:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    try:
+    with environ("CUDA_VISIBLE_DEVICES", "" if hide_gpu else None):
         for _ in range(repeat):
             t0 = time.perf_counter()
             c = nbdist.start(n=1)
@@ -110,11 +108,6 @@ def _start_times(repeat: int, hide_gpu: bool) -> list[dict]:
                             "empty_cell_ms": 1000 * statistics.median(lat)})  # fmt: skip
             finally:
                 c.stop()
-    finally:
-        if saved is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = saved
     return out
 
 
@@ -155,15 +148,8 @@ def _vs_torchrun() -> list:
     big = bench_train.run(workers=1, repeats=2, mlp=(4096, 4096), cnn=(512, 512))
     results += [replace(r, name=r.name + " (large)") for r in big]
     print(table(results), flush=True)
-    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    try:
+    with environ("CUDA_VISIBLE_DEVICES", ""):
         cpu = [replace(r, name=r.name + " (CPU, 2 ranks)") for r in bench_train.run(repeats=2)]
-    finally:
-        if saved is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = saved
     print(table(cpu), flush=True)
     return results + cpu
 

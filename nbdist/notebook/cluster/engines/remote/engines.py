@@ -42,8 +42,7 @@ from .jobs import RemoteExit
 
 
 class RemoteEngines:
-    """An ipyparallel controller here, with engines started by one of ipyparallel's launchers
-    (ssh, slurm, mpi, local)."""
+    """A controller here, engines started by ipyparallel's launchers (ssh, slurm, mpi, local)."""
 
     cfg: ClusterConfig
     cluster_id: str
@@ -226,8 +225,7 @@ class RemoteEngines:
         )
 
     def add_engines(self, n: int, known: set[int]) -> list[int]:
-        """Start ``n`` more engines (on the hosts whose engines left, first); return their ids
-        once they have registered."""
+        """Start ``n`` more engines (where engines left, first); their ids once registered."""
         if self.remote.launcher != "ssh":
             self.jobs.announce_ended()
             return self._launch_and_wait(Counter({None: n}), known)
@@ -262,7 +260,8 @@ class RemoteEngines:
     def _leave(self, eid: int) -> None:
         if eid not in self._gone:
             self._gone.add(eid)
-            self._vacant += [self._host_of[eid]] if self._host_of.get(eid) in self._hosts else []
+            if self._host_of.get(eid) in self._hosts:
+                self._vacant.append(self._host_of[eid])
 
     def signal(self, pids: list[int], sig: int = signal.SIGINT) -> None:
         """Send ``sig`` to these engines (ours only), relayed by each engine's nanny."""
@@ -270,8 +269,9 @@ class RemoteEngines:
         eids = [by_pid[p] for p in pids if p in self.engine_pids and p in by_pid]
         if self.client is None or not eids:
             return
-        for eid in eids if sig == signal.SIGKILL else ():
-            self._leave(eid)
+        if sig == signal.SIGKILL:
+            for eid in eids:
+                self._leave(eid)
         targets = [e for e in eids if e in self.client.ids]
         if targets:
             try:
