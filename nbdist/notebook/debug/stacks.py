@@ -40,7 +40,7 @@ def collect(
     engines: Any, ranks: Mapping[int, tuple[int, Any]], wait: float = _WAIT
 ) -> dict[int, RankStacks | str]:
     """Each rank's stacks now, or why there are none. ``ranks``: rank -> (its engine's pid, the
-    running cell's AsyncResult, where the engine sends them)."""
+    running cell's reply (its metadata), where the engine sends them)."""
     for _, ar in ranks.values():  # anything sent before this request is not the answer
         _pop(ar)
     engines.signal([pid for pid, _ in ranks.values()], sig=STACKS_SIGNAL)

@@ -66,9 +66,9 @@ class RankRun:
     rank: int
     engine_id: int
     pid: int
-    ar: object  # ipyparallel AsyncResult
+    ar: object  # fanout.Reply (or Unsent, _NoReply)
     outcome: CellOutcome | None = None
-    metadata: dict = field(default_factory=dict)  # fanout.sent_so_far(ar), filled in as it comes
+    metadata: dict = field(default_factory=dict)  # ar.metadata, filled in as it comes
     seen: dict = field(default_factory=lambda: {"stdout": "", "stderr": ""})
     outputs: int = 0  # rich outputs shown
     output: RankOutput | None = None  # how its output is shown, if it is
@@ -171,7 +171,7 @@ class CellRun:
         self._count = threading.Lock()
         for r, ar in fanout.submit_each(cluster.client, api.run_cell, calls).items():
             slot = cluster.slots[r]
-            self.ranks[r] = RankRun(r, slot.engine_id, slot.pid, ar, None, fanout.sent_so_far(ar))
+            self.ranks[r] = RankRun(r, slot.engine_id, slot.pid, ar, None, ar.metadata)
             ar.add_done_callback(self._replied)  # from ipyparallel's I/O thread
 
     def _replied(self, ar) -> None:
@@ -181,8 +181,8 @@ class CellRun:
             self._unanswered -= 1
             last = self._unanswered <= 0
         try:
-            failed = ar.exception(0) is not None or ar.result(0).kind != "ok"
-        except Exception:  # not a CellOutcome (an Unsent's EngineGone): a failure
+            failed = ar.get(0).kind != "ok"
+        except Exception:  # the engine's error, or an Unsent's EngineGone: a failure
             failed = True
         if last or failed:
             self._wake.set()
