@@ -19,6 +19,7 @@ Importing nbdist is cheap: each name loads its module on first use.
 from __future__ import annotations
 
 import importlib
+import sys
 
 from ._version import __version__ as __version__  # written once: extension/package.json
 
@@ -89,10 +90,18 @@ def __dir__():
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext nbdist``: register ``%nbdist`` and ``%%distributed``."""
+    """``%load_ext nbdist``: register ``%nbdist`` and ``%%distributed``, and start a spare
+    engine fork server, so that the next local ``%nbdist start`` finds torch imported
+    (``NBDIST_PREWARM=0``: none; see ``nbdist.notebook.cluster.engines.forks``)."""
+    from .errors import UsageError
+    from .notebook.cluster.engines import forks
     from .notebook.magics import NbdistMagics
 
     ipython.register_magics(NbdistMagics)
+    try:
+        forks.prewarm()
+    except UsageError as exc:  # a bad NBDIST_PREWARM: said once, and no spare
+        print(f"nbdist: {exc}", file=sys.stderr)
 
 
 # -- Jupyter extension hooks: the sidebar's endpoints and its prebuilt lab extension ----------

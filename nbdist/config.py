@@ -22,6 +22,10 @@ __all__ = ["HostSpec", "RemoteConfig", "check_local_ip", "seconds", "whole"]
 #: Environment variable naming nbdist's data directory (run store, cluster records, checkpoints).
 DATA_DIR_ENV = "NBDIST_DATA_DIR"
 
+#: Environment variable: ``0`` keeps ``%load_ext nbdist`` from starting a spare engine fork server
+#: (see ``nbdist.notebook.cluster.engines.forks``).
+PREWARM_ENV = "NBDIST_PREWARM"
+
 #: Engines a machine may run per CPU unless ``oversubscribe``: past a few per core they only wait
 #: for each other, and 100,000 exhaust memory before any is ready. Four per CPU, never fewer than
 #: 8 in all, still lets a laptop rehearse a many-rank run (8 ranks on 2 cores).
@@ -40,6 +44,20 @@ def data_dir() -> Path:
     """Where nbdist keeps its records: ``$NBDIST_DATA_DIR`` or ``~/.local/share/nbdist``."""
     env = os.environ.get(DATA_DIR_ENV)
     return paths.expand(env, DATA_DIR_ENV) if env else Path.home() / ".local/share/nbdist"
+
+
+def prewarm() -> bool:
+    """Whether ``%load_ext nbdist`` starts a spare fork server for the next local start
+    (``$NBDIST_PREWARM``: on unless ``0``)."""
+    value = os.environ.get(PREWARM_ENV, "1").strip().lower()
+    if value in ("1", "true", "yes", "on", ""):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(
+        f"{PREWARM_ENV}={value!r} is not understood: set it to 1 (a spare engine server at "
+        "%load_ext, the default) or 0 (none)"
+    )
 
 
 def cpu_count() -> int:

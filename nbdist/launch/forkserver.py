@@ -10,16 +10,21 @@ kernel ends (``lifeline``; a timer where the OS has no pidfds). A fork from a mu
 process can deadlock the child on a lock another thread held (Python 3.12 warns about it); this
 one has no other thread to hold one.
 
-Protocol, lines on stdin/stdout: ``spawn`` → ``pid PID``; ``warm`` → the server imports what a
+Protocol, lines on stdin/stdout: the server says ``ready`` once its imports are done; ``cluster
+[PROFILE_DIR, CLUSTER_ID, LOG_DIR]`` (JSON) ties it to a cluster, before any spawn; ``spawn`` →
+``pid PID``; ``warm`` → the server imports what a
 first training cell imports (``_WARM``), so engines forked later (a lost rank's replacement)
 start with it; ``exit`` → the server reaps its engines (told to leave) and leaves. When an
 engine ends, the server says ``exit PID STATUS`` at once (STATUS as ``os.waitstatus_to_exitcode``:
 negative for a signal), which is how the notebook learns of a dead engine within milliseconds.
-Runs as ``python -m nbdist.launch.forkserver PROFILE_DIR CLUSTER_ID LOG_DIR``.
+Runs as ``python -m nbdist.launch.forkserver IDLE``: a server that no ``cluster`` has claimed
+within IDLE seconds leaves (the kernel starts one ahead of need, at ``%load_ext nbdist``: see
+``nbdist.notebook.cluster.engines.forks``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import signal
@@ -141,7 +146,8 @@ def _engine(profile_dir: str, cluster_id: str, log_dir: str, inherited: list[int
 
 
 def main() -> None:
-    profile_dir, cluster_id, log_dir = sys.argv[1:4]
+    unclaimed_until = time.monotonic() + float(sys.argv[1])
+    cluster: list[str] | None = None  # profile dir, cluster id, log dir, once claimed
     import nbdist.launch.lifeline as lifeline
 
     _preload()
@@ -163,7 +169,13 @@ def main() -> None:
     _say("ready")
     pending = b""
     while True:
-        ready = {key.fd for key, _ in sel.select(period)}
+        wait = period
+        if cluster is None:  # a spare nobody claimed leaves in time: its memory back
+            left = unclaimed_until - time.monotonic()
+            if left <= 0:
+                return
+            wait = left if wait is None else min(wait, left)
+        ready = {key.fd for key, _ in sel.select(wait)}
         if wake_r in ready:
             try:
                 os.read(wake_r, 4096)
@@ -185,10 +197,14 @@ def main() -> None:
         *lines, pending = pending.split(b"\n")
         for line in lines:
             cmd = line.strip()
-            if cmd == b"spawn":
+            if cmd.startswith(b"cluster "):
+                cluster = json.loads(cmd[len(b"cluster ") :])
+            elif cmd == b"spawn":
+                if cluster is None:  # the kernel's end always claims first
+                    sys.exit("nbdist fork server: spawn before cluster")
                 pid = os.fork()
                 if pid == 0:
-                    _engine(profile_dir, cluster_id, log_dir, inherited)
+                    _engine(*cluster, inherited)
                 _say(f"pid {pid}")
             elif cmd == b"warm":
                 _warm()

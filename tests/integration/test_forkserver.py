@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -11,10 +12,12 @@ import threading
 import time
 
 import psutil
-from conftest import assert_gone, wait_until
+from conftest import assert_gone, shutdown_kernel, start_kernel, wait_until
 
 import nbdist
+from nbdist.errors import UsageError
 from nbdist.launch.lifeline import identity
+from nbdist.notebook.cluster.engines import forks
 
 
 def test_the_fork_server_has_one_thread_and_reports_a_death_at_once():
@@ -50,7 +53,7 @@ def test_every_death_is_reported_when_engines_die_as_fast_as_they_start(tmp_path
     log.mkdir()
     env = dict(os.environ, NBDIST_PARENT_PID=identity())
     server = subprocess.Popen(
-        [sys.executable, "-m", "nbdist.launch.forkserver", str(profile), "nbdist-none", str(log)],
+        [sys.executable, "-m", "nbdist.launch.forkserver", "60"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -71,6 +74,7 @@ def test_every_death_is_reported_when_engines_die_as_fast_as_they_start(tmp_path
                 return got
 
     try:
+        server.stdin.write("cluster " + json.dumps([str(profile), "nbdist-none", str(log)]) + "\n")
         take("ready")
         for batch in (1, 8, 3, 16, 2, 10):  # 40 engines, forked in bursts
             server.stdin.write("spawn\n" * batch)
@@ -113,3 +117,79 @@ def test_a_new_engine_registers_without_waiting_for_a_heartbeat():
     finally:
         c.stop()
     assert_gone(pids)
+
+
+# -- the spare started at %load_ext --------------------------------------------------------------
+
+_WHO = "%%distributed --ranks 0\nimport os\nprint(os.getppid(), os.environ.get('NBDIST_TEST_MARK'))"
+
+
+def _spare_of(k) -> int:
+    """The fork server ``%load_ext nbdist`` started in kernel ``k``, once it is there."""
+
+    def found():
+        for pid in k.descendants():
+            try:
+                if "nbdist.launch.forkserver" in psutil.Process(pid).cmdline():
+                    return pid
+            except psutil.NoSuchProcess:
+                pass
+        return None
+
+    return wait_until(found, 30, what="the spare fork server of %load_ext")
+
+
+def test_the_spare_of_load_ext_forks_the_next_local_starts_engines():
+    k = start_kernel()
+    try:
+        spare = _spare_of(k)
+        k.ok("%nbdist start -n 2")
+        ppid, mark = k.ok(_WHO).stdout.split()[-2:]
+        assert (int(ppid), mark) == (spare, "None")
+        k.ok("%nbdist stop")
+        assert_gone([spare])
+    finally:
+        shutdown_kernel(k)
+
+
+def test_a_spare_older_than_an_environment_change_is_closed_and_a_fresh_server_used():
+    """Engines inherit the server's environment: one set in a cell after %load_ext (a
+    CUDA_VISIBLE_DEVICES, an OMP_NUM_THREADS) must reach them, so that spare is not used."""
+    k = start_kernel()
+    try:
+        spare = _spare_of(k)
+        k.ok("import os; os.environ['NBDIST_TEST_MARK'] = 'set-later'")
+        k.ok("%nbdist start -n 2")
+        assert_gone([spare])
+        ppid, mark = k.ok(_WHO).stdout.split()[-2:]
+        assert int(ppid) != spare and mark == "set-later"
+        k.ok("%nbdist stop")
+    finally:
+        shutdown_kernel(k)
+
+
+def test_a_spare_nobody_claims_leaves_after_its_idle_time_and_is_reaped():
+    server = forks.ForkServer(idle=1.0)
+    pid = server.proc.pid
+    # its imports first (a few seconds), then one idle second; reaped by its reader, unasked
+    wait_until(lambda: not psutil.pid_exists(pid), 60, what="the unclaimed spare to leave")
+    assert server.proc.returncode == 0
+    server.wait()
+
+
+def test_nbdist_prewarm_turns_the_spare_off_and_a_bad_value_is_one_line(monkeypatch):
+    monkeypatch.setattr(forks, "_spare", None)
+    monkeypatch.setenv("NBDIST_PREWARM", "0")
+    forks.prewarm()
+    assert forks._spare is None
+    monkeypatch.setenv("NBDIST_PREWARM", "maybe")
+    try:
+        forks.prewarm()
+    except UsageError as exc:
+        assert str(exc) == (
+            "NBDIST_PREWARM='maybe' is not understood: set it to 1 (a spare engine server at "
+            "%load_ext, the default) or 0 (none)"
+        )
+    else:
+        raise AssertionError("NBDIST_PREWARM=maybe was accepted")
+    assert forks._spare is None

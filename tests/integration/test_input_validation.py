@@ -72,10 +72,12 @@ START = [
 
 def test_start_refuses_in_one_line_and_starts_nothing(kernel):
     kernel.ok("%nbdist stop")
+    before = set(kernel.descendants())  # the spare fork server of %load_ext, no more
+    assert len(before) <= 1, before
     for code, expected in START:
         r = one_line(kernel, code, expected)
         assert r.seconds < 10, (code, r.seconds)
-    assert kernel.descendants() == [], "a refused start left a process behind"
+    assert set(kernel.descendants()) <= before, "a refused start left a process behind"
 
 
 def test_cell_options_are_refused_before_any_rank_runs_the_cell(nb, tmp_path):

@@ -21,6 +21,7 @@ from ...protocol import EngineIdentity, Inventory
 from ...server import registry
 from ...worker import api
 from . import fanout, placement
+from .engines import forks
 from .engines.hosted import HostedEngines
 from .engines.processes import Pids
 
@@ -73,6 +74,7 @@ def connect(cluster_id: str | None, make: Callable[[ClusterConfig], R]) -> R:
     sidebar): ``make(cfg)`` (a ``Ranks`` or a subclass) with the ranks its engines hold."""
     t0 = time.perf_counter()
     rec = registry.find(cluster_id)
+    forks.discard()  # the spare of %load_ext: this kernel starts no engines of its own now
     engines = HostedEngines(rec)
     cfg = engines.cfg
     cluster = make(cfg)

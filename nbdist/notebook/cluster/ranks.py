@@ -170,7 +170,10 @@ class Ranks:
 
 def for_config(cfg: ClusterConfig) -> EngineSet:
     """The engine set ``cfg`` asks for: remote hosts or schedulers, else local engines."""
+    from .engines import forks
+
     if cfg.remote is not None:
+        forks.discard()  # the spare of %load_ext would fork local engines: not wanted now
         from .engines.remote.engines import RemoteEngines
 
         return RemoteEngines(cfg)

@@ -6,15 +6,13 @@ the engines to this kernel's life.
 
 Local engines are forked from a warm fork server (see ``nbdist.launch.forkserver``): torch is
 imported once for all of them, and the server reports an engine's death the moment it happens.
+The server is the spare started at ``%load_ext nbdist`` where it still fits (``forks``).
 """
 
 from __future__ import annotations
 
 import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +22,7 @@ import psutil
 
 from .... import config
 from ....errors import NbdistError
+from . import forks
 from .base import EngineExit, OnThisMachine
 from .logs import LogCap, cluster_logs, rotated
 from .processes import (
@@ -38,79 +37,6 @@ from .processes import (
     tie_to_this_process,
     tree,
 )
-
-
-class _ForkServer:
-    """The kernel's end of ``nbdist.launch.forkserver``."""
-
-    def __init__(self, profile: Path, cluster_id: str, log_dir: Path):
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "nbdist.launch.forkserver",
-                str(profile),
-                cluster_id,
-                str(log_dir),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # the notebook's interrupt is not for the engines
-        )
-        self.exits: queue.Queue[EngineExit] = queue.Queue()
-        self.ended: dict[int, int] = {}  # pid -> exit status: how add_engines learns of a death
-        self._pids: queue.Queue[int] = queue.Queue()
-        self._ready = threading.Event()
-        threading.Thread(target=self._read, name="nbdist-forkserver", daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:  # to the server's end
-            word, *rest = line.split() or [""]
-            if word == "ready":
-                self._ready.set()
-            elif word == "pid":  # said before any exit of that process: an old pid's is stale
-                self.ended.pop(int(rest[0]), None)
-                self._pids.put(int(rest[0]))
-            elif word == "exit":
-                self.ended[int(rest[0])] = int(rest[1])
-                self.exits.put(EngineExit(int(rest[0]), int(rest[1])))
-        self._ready.set()  # the server is gone: wake anyone waiting
-
-    def spawn(self, timeout: float) -> int:
-        if not self._ready.wait(timeout) or self.proc.poll() is not None:
-            raise NbdistError("the engine fork server did not start (see the engine logs)")
-        self.proc.stdin.write("spawn\n")
-        self.proc.stdin.flush()
-        return self._pids.get(timeout=timeout)
-
-    def warm(self) -> None:
-        """Ask the server to import what a first training cell imports (it does between
-        spawns), so that a replacement engine forked later has it."""
-        try:
-            self.proc.stdin.write("warm\n")
-            self.proc.stdin.flush()
-        except OSError:  # the server is gone: spawns will say so
-            pass
-
-    def close(self) -> None:
-        """Ask the server to leave: it reaps its engines (told to leave) and goes; its last
-        words still reach ``exits``. Whoever stops it waits for it (``wait``)."""
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write("exit\n")
-                self.proc.stdin.flush()
-            except OSError:
-                self.proc.kill()
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-
-    def wait(self) -> None:
-        """The server has gone (reaped by the stop): let Popen know, and close its output."""
-        self.proc.wait()
-        self.proc.stdout.close()  # the reader has read to its end
 
 
 class LocalEngines(OnThisMachine):
@@ -128,8 +54,9 @@ class LocalEngines(OnThisMachine):
         tie_to_this_process()
         profile = profile_dir()
         self.log_dir = private_dir(profile / "log" / self.cluster_id)
-        # The fork server's imports are the long pole: start them before anything else.
-        self._forks = _ForkServer(profile, self.cluster_id, self.log_dir)
+        # The fork server's imports are the long pole: the spare of %load_ext has done them,
+        # else they start before anything else.
+        self._forks = forks.take(profile, self.cluster_id, self.log_dir)
         self._ipp = ipp.Cluster(
             n=0,
             engines="local",

@@ -1,0 +1,166 @@
+"""The kernel's end of the engine fork server (``nbdist.launch.forkserver``), and the spare one
+started at ``%load_ext nbdist``.
+
+Why a spare: the fork server's imports (torch, ipyparallel's engine) are most of a local start,
+about 3 s of CPU. ``%load_ext nbdist`` starts one (``prewarm``), which imports while the person
+reads and types; the next local start claims it (``take``) and forks engines at once, in well
+under half the time. It is used only if it still fits: alive, and started with the kernel's
+environment and working directory as they are now (engines inherit both from it, and a
+``CUDA_VISIBLE_DEVICES`` or ``OMP_NUM_THREADS`` set in a cell must reach them); otherwise it
+is closed and a fresh server is started, as without a spare. What it costs: one idle process
+(about 300 MB) and 3 s of CPU once, in a kernel that loaded nbdist. A remote start closes it at
+once (``discard``); unclaimed, it leaves by itself after ``SPARE_IDLE`` seconds, and with its
+kernel at any time. ``NBDIST_PREWARM=0`` turns it off (``config.prewarm``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from .... import config
+from ....errors import NbdistError
+from .base import EngineExit
+from .processes import tie_to_this_process
+
+#: Seconds an unclaimed spare waits for a start before it leaves (its memory back).
+SPARE_IDLE = 600.0
+
+
+class ForkServer:
+    """A fork server process, not yet tied to a cluster until ``claim``."""
+
+    def __init__(self, idle: float = SPARE_IDLE) -> None:
+        tie_to_this_process()  # the server leaves with this kernel (``launch.lifeline``)
+        self._env, self._cwd = dict(os.environ), os.getcwd()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nbdist.launch.forkserver", f"{idle:g}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # the notebook's interrupt is not for the engines
+        )
+        self.exits: queue.Queue[EngineExit] = queue.Queue()
+        self.ended: dict[int, int] = {}  # pid -> exit status: how add_engines learns of a death
+        self._pids: queue.Queue[int] = queue.Queue()
+        self._ready = threading.Event()
+        threading.Thread(target=self._read, name="nbdist-forkserver", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:  # to the server's end
+            word, *rest = line.split() or [""]
+            if word == "ready":
+                self._ready.set()
+            elif word == "pid":  # said before any exit of that process: an old pid's is stale
+                self.ended.pop(int(rest[0]), None)
+                self._pids.put(int(rest[0]))
+            elif word == "exit":
+                self.ended[int(rest[0])] = int(rest[1])
+                self.exits.put(EngineExit(int(rest[0]), int(rest[1])))
+        self._ready.set()  # the server is gone: wake anyone waiting
+        self.proc.wait()  # and reaped, whoever holds it (a spare that left unclaimed too)
+
+    def fits(self) -> bool:
+        """Whether engines forked now would start as from a fresh server: it is running, and
+        this process's environment and working directory are those it was started with."""
+        return self.proc.poll() is None and self._env == os.environ and self._cwd == os.getcwd()
+
+    def claim(self, profile: Path, cluster_id: str, log_dir: Path) -> None:
+        """Tie the server to a cluster: the engines it forks join ``cluster_id``."""
+        try:
+            self._send("cluster " + json.dumps([str(profile), cluster_id, str(log_dir)]))
+        except OSError:  # the server is gone already: the first spawn says so
+            pass
+
+    def spawn(self, timeout: float) -> int:
+        """Fork one engine; its pid."""
+        if not self._ready.wait(timeout) or self.proc.poll() is not None:
+            raise NbdistError("the engine fork server did not start (see the engine logs)")
+        self._send("spawn")
+        return self._pids.get(timeout=timeout)
+
+    def warm(self) -> None:
+        """Ask the server to import what a first training cell imports (it does between
+        spawns), so that a replacement engine forked later has it."""
+        try:
+            self._send("warm")
+        except OSError:  # the server is gone: spawns will say so
+            pass
+
+    def _send(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        """Ask the server to leave: it reaps its engines (told to leave) and goes; its last
+        words still reach ``exits``. Whoever stops it waits for it (``wait``)."""
+        if self.proc.poll() is None:
+            try:
+                self._send("exit")
+            except OSError:
+                self.proc.kill()
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def wait(self, timeout: float | None = None) -> None:
+        """The server has gone (reaped by the stop): let Popen know, and close its output."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()  # the reader has read to its end
+
+
+_spare: ForkServer | None = None
+_lock = threading.Lock()
+
+
+def prewarm() -> None:
+    """Start a spare fork server now, unless one is running or ``NBDIST_PREWARM=0``."""
+    global _spare
+    with _lock:
+        if config.prewarm() and (_spare is None or _spare.proc.poll() is not None):
+            _spare = ForkServer()
+
+
+def spare_ready(timeout: float) -> bool:
+    """Wait up to ``timeout`` s for the spare to finish its imports; False if there is none
+    (benchmarks time a start made once it is ready, as after a person's pause)."""
+    server = _spare
+    return server is not None and server._ready.wait(timeout) and server.proc.poll() is None
+
+
+def take(profile: Path, cluster_id: str, log_dir: Path) -> ForkServer:
+    """A fork server for a new local cluster: the spare if it still fits (see ``fits``), else
+    a fresh one; either way claimed for ``cluster_id``."""
+    global _spare
+    with _lock:
+        server, _spare = _spare, None
+    if server is None or not server.fits():
+        if server is not None:
+            _close(server)
+        server = ForkServer()
+    server.claim(profile, cluster_id, log_dir)
+    return server
+
+
+def discard() -> None:
+    """Close the spare, if any: the cluster being started is not local."""
+    global _spare
+    with _lock:
+        server, _spare = _spare, None
+    if server is not None:
+        _close(server)
+
+
+def _close(server: ForkServer) -> None:
+    server.close()  # no engines: it leaves at once
+    server.wait(timeout=5.0)
