@@ -2,7 +2,9 @@
 
 Why: importing torch costs about 2 s of CPU per process. Engines forked from one warm process
 share that cost, so a 2-engine cluster is ready (process group included) in about half the time
-of engines started one by one, and a dead engine is replaced in a fraction of a second.
+of engines started one by one, and a dead engine is replaced in a fraction of a second. The
+cluster's controller is forked from it too: ipyparallel's imports are 1.2-1.5 s of a fresh
+controller's start.
 
 Forking is safe here because the server never starts a thread and never touches CUDA: one loop
 waits on stdin, on a pipe that SIGCHLD wakes, and on the kernel's pidfd, readable when the
@@ -12,7 +14,9 @@ one has no other thread to hold one.
 
 Protocol, lines on stdin/stdout: the server says ``ready`` once its imports are done; ``cluster
 [PROFILE_DIR, CLUSTER_ID, LOG_DIR]`` (JSON) ties it to a cluster, before any spawn; ``spawn`` →
-``pid PID``; ``warm`` → the server imports what a
+``pid PID``; ``controller {args, env, cwd, log}`` (JSON) → ``pid PID``, the cluster's controller
+forked (its imports are the server's: see ``ForkedController`` in the kernel's end, ``forks``);
+``warm`` → the server imports what a
 first training cell imports (``_WARM``), so engines forked later (a lost rank's replacement)
 start with it; ``exit`` → the server reaps its engines (told to leave) and leaves. When an
 engine ends, the server says ``exit PID STATUS`` at once (STATUS as ``os.waitstatus_to_exitcode``:
@@ -98,33 +102,59 @@ def _preload() -> None:
     # Imported once here, before any fork (it starts no thread); quiet about frozen modules.
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     import ipykernel.debugger  # noqa: F401
+    import ipyparallel.controller.app  # noqa: F401  (the controller is forked from here too)
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
+    import nbdist.launch.controller  # noqa: F401
+    import nbdist.launch.heart  # noqa: F401
     import nbdist.launch.lifeline  # noqa: F401
     import nbdist.worker.api  # noqa: F401
     import nbdist.worker.runner  # noqa: F401
+
+
+def _detach(inherited: list[int], log_path: str) -> None:
+    """In a child just forked: a session of its own (a notebook interrupt to the kernel's group
+    must not reach it), the server's signal handling and descriptors dropped, its output to
+    ``log_path``."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in inherited:  # the server's wake-up pipe and watch are not the child's
+        os.close(fd)
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+
+
+def _controller(spec: dict, inherited: list[int]) -> None:
+    """The child: become the cluster's ipyparallel controller (``nbdist.launch.controller``),
+    as ipyparallel's launcher would start it: ``spec`` has its arguments, environment additions,
+    working directory and log file. Never returns."""
+    code = 1
+    try:
+        _detach(inherited, spec["log"])
+        os.chdir(spec["cwd"])
+        os.environ.update(spec["env"])
+        sys.argv = ["ipcontroller", *spec["args"]]
+        from nbdist.launch.controller import main as controller
+
+        controller()  # leaves by os._exit
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def _engine(profile_dir: str, cluster_id: str, log_dir: str, inherited: list[int]) -> None:
     """The child: become an ipyparallel engine in a session of its own. Never returns."""
     code = 1
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in inherited:  # the server's wake-up pipe and watch are not the engine's
-            os.close(fd)
-        os.setsid()  # a notebook interrupt to our group must not reach the engines
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        log = os.open(
-            os.path.join(log_dir, f"engine-{os.getpid()}.log"),
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-            0o600,
-        )
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
+        _detach(inherited, os.path.join(log_dir, f"engine-{os.getpid()}.log"))
         from ipyparallel.engine.app import IPEngine
 
         IPEngine.launch_instance(
@@ -205,6 +235,11 @@ def main() -> None:
                 pid = os.fork()
                 if pid == 0:
                     _engine(*cluster, inherited)
+                _say(f"pid {pid}")
+            elif cmd.startswith(b"controller "):
+                pid = os.fork()
+                if pid == 0:
+                    _controller(json.loads(cmd[len(b"controller ") :]), inherited)
                 _say(f"pid {pid}")
             elif cmd == b"warm":
                 _warm()

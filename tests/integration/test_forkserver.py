@@ -121,6 +121,9 @@ def test_a_new_engine_registers_without_waiting_for_a_heartbeat():
 
 # -- the spare started at %load_ext --------------------------------------------------------------
 
+_ALL_REDUCE = (
+    "%%distributed\nimport torch\nt = torch.ones(1)\ntorch.distributed.all_reduce(t)\nt.item()"
+)
 _WHO = "%%distributed --ranks 0\nimport os\nprint(os.getppid(), os.environ.get('NBDIST_TEST_MARK'))"
 
 
@@ -139,13 +142,19 @@ def _spare_of(k) -> int:
     return wait_until(found, 30, what="the spare fork server of %load_ext")
 
 
-def test_the_spare_of_load_ext_forks_the_next_local_starts_engines():
+def test_the_spare_of_load_ext_forks_the_next_local_starts_controller_and_engines():
     k = start_kernel()
     try:
         spare = _spare_of(k)
+        k.ok("from nbdist.notebook.cluster.engines import forks\nassert forks.spare_ready(60)")
         k.ok("%nbdist start -n 2")
         ppid, mark = k.ok(_WHO).stdout.split()[-2:]
         assert (int(ppid), mark) == (spare, "None")
+        # the controller too: the spare's children are it and the two engines, nothing else
+        controller = k.ok("import nbdist\nnbdist.current().engines._ipp.controller.pid").result
+        children = {p.pid for p in psutil.Process(spare).children()}
+        assert int(controller) in children and len(children) == 3, (controller, children)
+        assert k.ok(_ALL_REDUCE).result == "2.0"
         k.ok("%nbdist stop")
         assert_gone([spare])
     finally:

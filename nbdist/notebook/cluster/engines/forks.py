@@ -23,6 +23,10 @@ import sys
 import threading
 from pathlib import Path
 
+import psutil
+from ipyparallel.cluster.launcher import LocalControllerLauncher, ProcessStateError
+from traitlets import Any
+
 from .... import config
 from ....errors import NbdistError
 from .base import EngineExit
@@ -48,6 +52,7 @@ class ForkServer:
         self.exits: queue.Queue[EngineExit] = queue.Queue()
         self.ended: dict[int, int] = {}  # pid -> exit status: how add_engines learns of a death
         self._pids: queue.Queue[int] = queue.Queue()
+        self.controller_pid: int | None = None  # its end is not an engine's death
         self._ready = threading.Event()
         threading.Thread(target=self._read, name="nbdist-forkserver", daemon=True).start()
 
@@ -61,9 +66,14 @@ class ForkServer:
                 self._pids.put(int(rest[0]))
             elif word == "exit":
                 self.ended[int(rest[0])] = int(rest[1])
-                self.exits.put(EngineExit(int(rest[0]), int(rest[1])))
+                if int(rest[0]) != self.controller_pid:
+                    self.exits.put(EngineExit(int(rest[0]), int(rest[1])))
         self._ready.set()  # the server is gone: wake anyone waiting
         self.proc.wait()  # and reaped, whoever holds it (a spare that left unclaimed too)
+
+    def ready(self) -> bool:
+        """Whether the server has done its imports (and is running): it forks at once."""
+        return self._ready.is_set() and self.proc.poll() is None
 
     def fits(self) -> bool:
         """Whether engines forked now would start as from a fresh server: it is running, and
@@ -79,9 +89,17 @@ class ForkServer:
 
     def spawn(self, timeout: float) -> int:
         """Fork one engine; its pid."""
+        return self._fork("spawn", timeout)
+
+    def fork_controller(self, spec: dict, timeout: float) -> int:
+        """Fork the cluster's controller (``spec``: see ``ForkedController``); its pid."""
+        self.controller_pid = self._fork("controller " + json.dumps(spec), timeout)
+        return self.controller_pid
+
+    def _fork(self, request: str, timeout: float) -> int:
         if not self._ready.wait(timeout) or self.proc.poll() is not None:
             raise NbdistError("the engine fork server did not start (see the engine logs)")
-        self._send("spawn")
+        self._send(request)
         return self._pids.get(timeout=timeout)
 
     def warm(self) -> None:
@@ -119,6 +137,33 @@ class ForkServer:
         self.proc.stdout.close()  # the reader has read to its end
 
 
+class ForkedController(LocalControllerLauncher):
+    """ipyparallel's launcher of a local controller, the process forked by the fork server
+    (whose imports it shares) once the server is ready (the spare of ``%load_ext``): ipyparallel's
+    own imports are 1.2-1.5 s of a fresh controller's start. A server still importing would keep
+    the controller waiting: then it starts afresh, beside the server's imports, as ipyparallel
+    starts it. A forked one is watched and stopped as ipyparallel watches and stops the one it
+    starts (by pid, with psutil); the fork server reaps it."""
+
+    server = Any(help="the ForkServer that forks the controller")
+
+    def start(self) -> None:
+        if not self.server.ready():
+            return super().start()
+        if self.state != "before":
+            raise ProcessStateError(f"the controller was started already ({self.state})")
+        spec = {
+            "args": self.find_args()[len(self.controller_cmd) :],
+            "env": self.get_env(),
+            "cwd": os.path.abspath(self.work_dir),
+            "log": self.output_file,
+        }
+        self.pid = self.server.fork_controller(spec, timeout=60.0)
+        self.process = psutil.Process(self.pid)
+        self.notify_start(self.pid)
+        self._start_waiting()
+
+
 _spare: ForkServer | None = None
 _lock = threading.Lock()
 
@@ -135,7 +180,7 @@ def spare_ready(timeout: float) -> bool:
     """Wait up to ``timeout`` s for the spare to finish its imports; False if there is none
     (benchmarks time a start made once it is ready, as after a person's pause)."""
     server = _spare
-    return server is not None and server._ready.wait(timeout) and server.proc.poll() is None
+    return server is not None and server._ready.wait(timeout) and server.ready()
 
 
 def take(profile: Path, cluster_id: str, log_dir: Path) -> ForkServer:

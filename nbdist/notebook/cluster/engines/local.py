@@ -70,6 +70,7 @@ class LocalEngines(OnThisMachine):
             shutdown_atexit=True,
             log_level=40,
             config=controller_config(),
+            controller_launcher_class=forks.ForkedController,
         )
         self.client: ipp.Client | None = None
         self.engine_pids = Pids()  # each engine as first seen: signals never reach a reused pid
@@ -95,7 +96,7 @@ class LocalEngines(OnThisMachine):
     def start(self) -> ipp.Client:
         """Start the controller and the engines; return a client once all have registered."""
         try:
-            self._ipp.start_controller_sync()
+            self._ipp.start_controller_sync(server=self._forks)  # forks.ForkedController
             self.client = self._ipp.connect_client_sync()
             owner_only(Path(self._ipp.profile_dir) / "security")
             self.log_cap.start()
