@@ -212,9 +212,9 @@ class CellOutcome:
     """How a cell ended on one rank.
 
     ``kind``: ``ok``; ``error`` (the cell raised); ``interrupted``; ``storage`` (a checkpoint
-    could not be written: retried by ``--restarts``); and, made by the kernel for
-    a rank that could not answer, ``died`` (its engine is gone), ``hung`` (killed for not
-    stopping) or ``timeout`` (stopped by ``--timeout``).
+    could not be written: retried by ``--restarts``); and, made by the kernel for a rank that
+    could not answer, ``died`` (its engine is gone), ``hung`` (killed for not stopping) or
+    ``timeout`` (stopped by ``--timeout``).
     """
 
     kind: str
@@ -226,6 +226,7 @@ class CellOutcome:
     pipeline: PipelineRole | None = None  # the rank's stage in its latest nbdist.pipeline
     mesh: MeshCoords | None = None  # the rank's coordinates in its latest nbdist.mesh
     profile: ProfileResult | None = None  # what torch.profiler saw, when the cell asked
+    printed: bool = True  # it wrote or displayed something (else no output can trail the reply)
 
     @property
     def ok(self) -> bool:
@@ -385,8 +386,7 @@ class HostRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HostRecord:
-        """The record read from JSON; raises (KeyError, TypeError, ValueError, AttributeError)
-        when malformed."""
+        """The record read from JSON; malformed, it raises what ``server.registry`` catches."""
         return _from_dict(
             cls,
             {

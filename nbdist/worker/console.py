@@ -11,7 +11,9 @@ Two things stand between a rank's prints and the notebook:
   line that was redrawn with ``\\r``, and that neither redraws it nor ends it, starts a new line.
 
 ``install()`` does both, once per engine (``api.setup``); nothing is imported or changed until
-the code writes or imports tqdm.
+the code writes or imports tqdm. It also counts what code sends to the notebook (writes to the
+console, displays): ``sent()`` before and after a cell says whether the cell printed anything,
+so the kernel knows whether output of it can still trail its reply.
 """
 
 from __future__ import annotations
@@ -23,9 +25,21 @@ import sys
 import types
 from typing import Any
 
+_sent = 0  # writes to the console and displays on this engine, so far
+
+
+def sent() -> int | None:
+    """How many writes to the console and displays code on this engine has made so far; None
+    when they are not counted (``install`` not run, or a stream replaced since)."""
+    counted = all(
+        isinstance(getattr(s, "write", None), _LineKeeper) for s in (sys.stdout, sys.stderr)
+    )
+    return _sent if counted else None
+
 
 def install() -> None:
-    """Console bars for ``tqdm.auto``; a line of its own for what follows a redrawn line."""
+    """Console bars for ``tqdm.auto``; a line of its own for what follows a redrawn line; what
+    is written or displayed counted (``sent``)."""
     if not any(isinstance(f, _ConsoleTqdm) for f in sys.meta_path):
         sys.meta_path.insert(0, _ConsoleTqdm())
     for stream in (sys.stdout, sys.stderr):
@@ -34,6 +48,24 @@ def install() -> None:
                 stream.write = _LineKeeper(stream.write)
             except (AttributeError, TypeError):  # a stream that takes no attributes: as it is
                 pass
+    from IPython import get_ipython
+
+    pub = getattr(get_ipython(), "display_pub", None)
+    for name in ("publish", "clear_output"):
+        if pub is not None and not isinstance(getattr(pub, name, None), _Counted):
+            setattr(pub, name, _Counted(getattr(pub, name)))
+
+
+class _Counted:
+    """A display publisher's method, counted in ``sent``."""
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        global _sent
+        _sent += 1
+        return self._fn(*args, **kwargs)
 
 
 class _LineKeeper:
@@ -45,6 +77,8 @@ class _LineKeeper:
         self._redrawn = False  # the current line holds a \r
 
     def __call__(self, text: str) -> Any:
+        global _sent
+        _sent += bool(text)
         if self._redrawn and text and not text.startswith(("\r", "\n")):
             text = "\n" + text
         if text:

@@ -20,7 +20,7 @@ import traceback
 from ..errors import CheckpointWriteError, NbdistError
 from ..frames import is_user, package
 from ..protocol import CellOutcome, CellRequest, PackedValue, Program
-from . import rendezvous, reporter, script, state, trials
+from . import console, rendezvous, reporter, script, state, trials
 from .checkpoint import save as checkpoint
 from .debug import postmortem, stacks
 from .debug import profile as profiler
@@ -125,6 +125,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
     stacks.install()  # where this rank is, on a signal, even if the last cell took the handler
     state.engine.program_file = req.program.filename
     bound = None
+    printed = console.sent()
     try:
         # ties nbdist.report()'s batches to this request, and samples health while it runs
         reporter.begin_cell(req.telemetry)
@@ -151,4 +152,5 @@ def run_cell(req: CellRequest) -> CellOutcome:
         pipeline=state.engine.pipeline,
         mesh=state.engine.mesh,
         profile=profiled,
+        printed=printed is None or console.sent() != printed,  # uncounted: assume it did
     )

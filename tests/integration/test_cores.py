@@ -22,7 +22,12 @@ _AFFINITIES = """
 import os, threading, torch
 threading.Thread(target=lambda: None).start()  # a thread started after the formation
 torch.ones(256, 256) @ torch.ones(256, 256)  # torch's pool threads, started at first use
-sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir('/proc/self/task')})
+def _on(t):
+    try:
+        return tuple(sorted(os.sched_getaffinity(int(t))))
+    except ProcessLookupError:  # a thread that ended since the listing (the one above)
+        return None
+sorted({a for a in map(_on, os.listdir('/proc/self/task')) if a is not None})
 """
 
 

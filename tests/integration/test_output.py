@@ -61,3 +61,30 @@ def test_a_print_after_a_progress_line_is_a_line_of_its_own(ready):
     # the progress line ended in its final state: in place, or (drawn too fast to be shown in
     # place) as a line of the stream
     assert res.in_place or "batch 10" in lines
+
+
+def test_a_rank_says_whether_the_cell_printed_and_an_unknown_stream_counts_as_printed(cluster):
+    """The kernel waits for a rank's output after its reply (it travels apart, a millisecond or
+    more behind) only where the rank printed or displayed something: the rank must not say it
+    did not when it did, whatever the code did to its streams."""
+    from nbdist.notebook.cluster import fanout
+    from nbdist.notebook.run import programs
+    from nbdist.protocol import CellRequest
+    from nbdist.worker import api
+
+    def printed(source: str) -> bool:
+        request = CellRequest(program=programs.cell(source), telemetry=False)
+        got = fanout.call(cluster.client, {0: cluster.slots[0].engine_id}, api.run_cell, request,
+                          timeout=60)  # fmt: skip
+        got.check("the cell")
+        return got.values[0].printed
+
+    assert printed("x = 1") is False
+    assert printed("print('hi', end='')") is True
+    assert printed("import sys; sys.stderr.write('w')") is True
+    assert printed("from IPython.display import display, HTML; display(HTML('<b>b</b>'))") is True
+    assert printed("from IPython.display import clear_output; clear_output()") is True
+    # a stream replaced by the code: its writes are not counted, so it is taken to have printed
+    assert printed("import io, sys; _keep = sys.stdout; sys.stdout = io.StringIO()") is True
+    assert printed("import sys; sys.stdout = _keep") is True  # replaced when it began
+    assert printed("y = 2") is False

@@ -41,22 +41,6 @@ def _lost(kind: str, summary: str) -> CellOutcome:
     return CellOutcome(kind=kind, at=time.time(), summary=summary)
 
 
-class _NoReply:
-    """Stands for the call never sent to an engine already gone: nothing will arrive."""
-
-    def __init__(self) -> None:
-        self.metadata: dict = {}  # its own: observers read (and pop from) what a rank sent
-
-    def ready(self) -> bool:
-        return True
-
-    def get(self, timeout: float = 0) -> None:
-        raise RuntimeError("no cell was sent: the engine had gone")
-
-    def wait_for_output(self, timeout: float = 0) -> None:
-        pass
-
-
 @dataclass
 class RankRun:
     """One rank's part of a running cell, as observers see it at each poll (a
@@ -66,7 +50,7 @@ class RankRun:
     rank: int
     engine_id: int
     pid: int
-    ar: object  # fanout.Reply (or Unsent, _NoReply)
+    ar: object  # fanout.Reply (fanout.Unsent: never sent, its engine gone)
     outcome: CellOutcome | None = None
     metadata: dict = field(default_factory=dict)  # ar.metadata, filled in as it comes
     seen: dict = field(default_factory=lambda: {"stdout": "", "stderr": ""})
@@ -151,7 +135,7 @@ class CellRun:
             gone = self._gone(slot)
             if gone:  # died since the last cell: a death like one during the cell
                 self.ranks[r] = RankRun(
-                    r, slot.engine_id, slot.pid, _NoReply(), _lost("died", gone)
+                    r, slot.engine_id, slot.pid, fanout.Unsent(slot.engine_id), _lost("died", gone)
                 )
                 continue
             request = CellRequest(
@@ -344,7 +328,7 @@ class CellRun:
         for rk in self.ranks.values():
             if rk.outcome is None:
                 self._collect(rk)
-            if rk.outcome.kind not in ("died", "hung"):
+            if self._may_trail(rk):
                 rk.ar.wait_for_output(timeout=_OUTPUT_WAIT)  # iopub may trail the reply
             self._stream(rk, final=True)
         for obs in self.observers:  # the last reports, which may have trailed the reply too
@@ -354,6 +338,15 @@ class CellRun:
         gone = [rk.ar for rk in self.ranks.values() if rk.outcome.kind in ("died", "hung")]
         fanout.forget(self.cluster.client, gone)  # no reply will ever free their records
         return self.report
+
+    def _may_trail(self, rk: RankRun) -> bool:
+        """Whether output of ``rk`` that matters may still be on its way after its reply (it
+        travels apart from the reply, a millisecond or more behind): its reports, for the
+        observers; its output, if shown and it printed; a failure's, whatever it printed."""
+        out = rk.outcome
+        if out.kind in ("died", "hung"):  # no reply came: nothing more will
+            return False
+        return bool(self.observers) or not out.ok or (self._visible(rk.rank) and out.printed)
 
     def wait(self) -> CellReport:
         """Watch the cell to its end and say how it went."""
