@@ -3,8 +3,8 @@
 Why: importing torch costs about 2 s of CPU per process. Engines forked from one warm process
 share that cost, so a 2-engine cluster is ready (process group included) in about half the time
 of engines started one by one, and a dead engine is replaced in a fraction of a second. The
-cluster's controller is forked from it too: ipyparallel's imports are 1.2-1.5 s of a fresh
-controller's start.
+cluster's controller is forked from it too (ipyparallel's imports are 1.2-1.5 s of a fresh
+controller's start), as soon as those imports are done, while torch's are still to come.
 
 Forking is safe here because the server never starts a thread and never touches CUDA: one loop
 waits on stdin, on a pipe that SIGCHLD wakes, and on the kernel's pidfd, readable when the
@@ -12,7 +12,8 @@ kernel ends (``lifeline``; a timer where the OS has no pidfds). A fork from a mu
 process can deadlock the child on a lock another thread held (Python 3.12 warns about it); this
 one has no other thread to hold one.
 
-Protocol, lines on stdin/stdout: the server says ``ready`` once its imports are done; ``cluster
+Protocol, lines on stdin/stdout: the server says ``ready`` once its imports are done (a
+``controller`` request already waiting is served halfway, before torch's import); ``cluster
 [PROFILE_DIR, CLUSTER_ID, LOG_DIR]`` (JSON) ties it to a cluster, before any spawn; ``spawn`` →
 ``pid PID``; ``controller {args, env, cwd, log}`` (JSON) → ``pid PID``, the cluster's controller
 forked (its imports are the server's: see ``ForkedController`` in the kernel's end, ``forks``);
@@ -94,7 +95,17 @@ def _warm() -> None:
         signal.signal(signal.SIGCHLD, quiet)
 
 
+def _preload_controller() -> None:
+    """What the cluster's controller runs (ipyparallel's controller, nbdist's heart): imported
+    first, so that a start already waiting gets its controller forked before torch's import."""
+    import ipyparallel.controller.app  # noqa: F401
+
+    import nbdist.launch.controller  # noqa: F401
+    import nbdist.launch.heart  # noqa: F401
+
+
 def _preload() -> None:
+    """What every engine imports at its start (torch above all)."""
     import ipyparallel.engine.app  # noqa: F401
 
     # Every engine's kernel resolves its debugger class at start, importing debugpy (pydevd):
@@ -102,13 +113,9 @@ def _preload() -> None:
     # Imported once here, before any fork (it starts no thread); quiet about frozen modules.
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     import ipykernel.debugger  # noqa: F401
-    import ipyparallel.controller.app  # noqa: F401  (the controller is forked from here too)
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    import nbdist.launch.controller  # noqa: F401
-    import nbdist.launch.heart  # noqa: F401
-    import nbdist.launch.lifeline  # noqa: F401
     import nbdist.worker.api  # noqa: F401
     import nbdist.worker.runner  # noqa: F401
 
@@ -175,12 +182,51 @@ def _engine(profile_dir: str, cluster_id: str, log_dir: str, inherited: list[int
         os._exit(code)
 
 
+class _Requests:
+    """The kernel's requests (lines on stdin, see the protocol above), acted on as they come."""
+
+    def __init__(self, inherited: list[int]) -> None:
+        self.inherited = inherited  # the server's descriptors: no child keeps them
+        self.cluster: list[str] | None = None  # profile dir, cluster id, log dir, once claimed
+        self._pending = b""
+
+    def take(self, chunk: bytes) -> bool:
+        """Act on every complete line read so far; False once the server must leave."""
+        if not chunk:  # the kernel closed our stdin without "exit": it is gone
+            import nbdist.launch.lifeline as lifeline
+
+            lifeline.kill_descendants()
+            return False
+        self._pending += chunk
+        *lines, self._pending = self._pending.split(b"\n")
+        for line in lines:
+            word, _, rest = line.strip().partition(b" ")
+            if word == b"cluster":
+                self.cluster = json.loads(rest)
+            elif word == b"controller":
+                self._fork(_controller, json.loads(rest))
+            elif word == b"spawn":
+                if self.cluster is None:  # the kernel's end always claims first
+                    sys.exit("nbdist fork server: spawn before cluster")
+                self._fork(_engine, *self.cluster)
+            elif word == b"warm":
+                _warm()
+            elif word == b"exit":  # the engines were told to leave: reap them as they do
+                _reap_all(_EXIT_WAIT)
+                return False
+        return True
+
+    def _fork(self, child, *args: object) -> None:
+        pid = os.fork()
+        if pid == 0:
+            child(*args, self.inherited)
+        _say(f"pid {pid}")
+
+
 def main() -> None:
     unclaimed_until = time.monotonic() + float(sys.argv[1])
-    cluster: list[str] | None = None  # profile dir, cluster id, log dir, once claimed
     import nbdist.launch.lifeline as lifeline
 
-    _preload()
     kernel = lifeline.parent_check()
     watched = kernel.fd if kernel is not None else None
     wake_r, wake_w = os.pipe()
@@ -195,12 +241,17 @@ def main() -> None:
     if watched is not None:  # readable when the kernel ends: no timer needed
         sel.register(watched, selectors.EVENT_READ)
     period = _LIFELINE_PERIOD if kernel is not None and watched is None else None
-    inherited = [fd for fd in (wake_r, wake_w, watched) if fd is not None]
+    requests = _Requests([fd for fd in (wake_r, wake_w, watched) if fd is not None])
+    _preload_controller()
+    # A start already waiting (the kernel asks for its controller at once) has the controller
+    # forked now, to start beside torch's import rather than after it.
+    if stdin in {key.fd for key, _ in sel.select(0)} and not requests.take(os.read(stdin, 4096)):
+        return
+    _preload()
     _say("ready")
-    pending = b""
     while True:
         wait = period
-        if cluster is None:  # a spare nobody claimed leaves in time: its memory back
+        if requests.cluster is None:  # a spare nobody claimed leaves in time: its memory back
             left = unclaimed_until - time.monotonic()
             if left <= 0:
                 return
@@ -217,35 +268,8 @@ def main() -> None:
             # watcher thread, but it dies all the same
             lifeline.kill_descendants()
             return
-        if stdin not in ready:
-            continue
-        chunk = os.read(stdin, 4096)
-        if not chunk:  # the kernel closed our stdin without "exit": it is gone
-            lifeline.kill_descendants()
+        if stdin in ready and not requests.take(os.read(stdin, 4096)):
             return
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            cmd = line.strip()
-            if cmd.startswith(b"cluster "):
-                cluster = json.loads(cmd[len(b"cluster ") :])
-            elif cmd == b"spawn":
-                if cluster is None:  # the kernel's end always claims first
-                    sys.exit("nbdist fork server: spawn before cluster")
-                pid = os.fork()
-                if pid == 0:
-                    _engine(*cluster, inherited)
-                _say(f"pid {pid}")
-            elif cmd.startswith(b"controller "):
-                pid = os.fork()
-                if pid == 0:
-                    _controller(json.loads(cmd[len(b"controller ") :]), inherited)
-                _say(f"pid {pid}")
-            elif cmd == b"warm":
-                _warm()
-            elif cmd == b"exit":  # the engines were told to leave: reap them as they do
-                _reap_all(_EXIT_WAIT)
-                return
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ class Clusters:
                 ctl_pid = (d.get("controller") or {}).get("state", {}).get("pid")
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
-            if cid in known_ids or not _running(ctl_pid) or _parent(ctl_pid) in host_pids:
+            if cid in known_ids or not _running(ctl_pid) or _ancestors(ctl_pid) & host_pids:
                 continue  # gone, or a host's cluster not ready yet
             log_dir = profile / "log" / cid
             pids = sorted(
@@ -273,11 +273,13 @@ def _running(pid: object) -> bool:
         return False
 
 
-def _parent(pid: int) -> int | None:
+def _ancestors(pid: int) -> set[int]:
+    """The processes ``pid`` descends from (a controller: its kernel or sidebar host, and the
+    fork server between them when it was forked from one)."""
     try:
-        return psutil.Process(pid).ppid()
+        return {p.pid for p in psutil.Process(pid).parents()}
     except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
+        return set()
 
 
 def _engine(pid: object, rank: object) -> dict:

@@ -69,6 +69,7 @@ class ForkServer:
                 if int(rest[0]) != self.controller_pid:
                     self.exits.put(EngineExit(int(rest[0]), int(rest[1])))
         self._ready.set()  # the server is gone: wake anyone waiting
+        self._pids.put(-1)  # and a fork asked for will not come
         self.proc.wait()  # and reaped, whoever holds it (a spare that left unclaimed too)
 
     def ready(self) -> bool:
@@ -88,19 +89,26 @@ class ForkServer:
             pass
 
     def spawn(self, timeout: float) -> int:
-        """Fork one engine; its pid."""
+        """Fork one engine, once the server has done its imports; its pid."""
+        if not self._ready.wait(timeout) or self.proc.poll() is not None:
+            raise NbdistError("the engine fork server did not start (see the engine logs)")
         return self._fork("spawn", timeout)
 
     def fork_controller(self, spec: dict, timeout: float) -> int:
-        """Fork the cluster's controller (``spec``: see ``ForkedController``); its pid."""
+        """Fork the cluster's controller (``spec``: see ``ForkedController``) as soon as the
+        server has imported what it runs, before torch; its pid."""
         self.controller_pid = self._fork("controller " + json.dumps(spec), timeout)
         return self.controller_pid
 
     def _fork(self, request: str, timeout: float) -> int:
-        if not self._ready.wait(timeout) or self.proc.poll() is not None:
-            raise NbdistError("the engine fork server did not start (see the engine logs)")
-        self._send(request)
-        return self._pids.get(timeout=timeout)
+        try:
+            self._send(request)
+            pid = self._pids.get(timeout=timeout)
+        except (OSError, queue.Empty):
+            pid = -1
+        if pid < 0:
+            raise NbdistError("the engine fork server stopped (see the engine logs)")
+        return pid
 
     def warm(self) -> None:
         """Ask the server to import what a first training cell imports (it does between
@@ -139,17 +147,14 @@ class ForkServer:
 
 class ForkedController(LocalControllerLauncher):
     """ipyparallel's launcher of a local controller, the process forked by the fork server
-    (whose imports it shares) once the server is ready (the spare of ``%load_ext``): ipyparallel's
-    own imports are 1.2-1.5 s of a fresh controller's start. A server still importing would keep
-    the controller waiting: then it starts afresh, beside the server's imports, as ipyparallel
-    starts it. A forked one is watched and stopped as ipyparallel watches and stops the one it
-    starts (by pid, with psutil); the fork server reaps it."""
+    (whose imports it shares) instead of started afresh: ipyparallel's own imports are 1.2-1.5 s
+    of a fresh controller's start. A server still importing forks it as soon as it has those
+    imports, before torch's. It is watched, signalled and stopped as ipyparallel does the one
+    it starts (by pid, with psutil); the fork server reaps it."""
 
     server = Any(help="the ForkServer that forks the controller")
 
     def start(self) -> None:
-        if not self.server.ready():
-            return super().start()
         if self.state != "before":
             raise ProcessStateError(f"the controller was started already ({self.state})")
         spec = {
