@@ -212,5 +212,10 @@ def discard() -> None:
 
 
 def _close(server: ForkServer) -> None:
-    server.close()  # no engines: it leaves at once
-    server.wait(timeout=5.0)
+    """A spare never claimed has forked nothing: killed at once, even in the middle of its
+    imports (asked to leave, it would hear only after them); its reader reaps it."""
+    server.proc.kill()
+    try:
+        server.proc.stdin.close()
+    except OSError:
+        pass
