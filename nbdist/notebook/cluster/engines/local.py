@@ -34,7 +34,6 @@ from .processes import (
     profile_dir,
     reap,
     remove_cluster_files,
-    tie_to_this_process,
     tree,
 )
 
@@ -51,7 +50,6 @@ class LocalEngines(OnThisMachine):
     def __init__(self, cfg: config.ClusterConfig):
         self.cfg = cfg
         self.cluster_id = "nbdist-" + uuid.uuid4().hex[:8]
-        tie_to_this_process()
         profile = profile_dir()
         self.log_dir = private_dir(profile / "log" / self.cluster_id)
         # The fork server's imports are the long pole: the spare of %load_ext has done them,
