@@ -8,9 +8,12 @@ dashboard), and that work competes for the same cores as the ranks. The baseline
 the cell calls. Both sides use 2 workers (``workers=``; ``bench_cuda`` asks for one per GPU) with
 an equal share of the cores each, and only one side runs at a time (the cluster is stopped while
 torchrun runs). nbdist runs each model twice: bare
-(``--no-dashboard``, no reports: target 0.98) and with ``nbdist.report()`` every step under the
-live dashboard (target 0.97). Repeats alternate which side goes first; the figures are medians,
-and the note gives each side's spread (max - min over median) so a noisy machine shows.
+(``--no-dashboard``, no reports) and with ``nbdist.report()`` every step under the live
+dashboard; the target is torchrun's throughput or better, both ways. Repeats alternate which
+side goes first; the figures are medians, and the note gives each side's spread (max - min over
+median) so a noisy machine shows, and the median of the repeats' own ratios (each against the
+torchrun run beside it, seconds apart: on a VM whose CPUs speed up and slow down by 20 % over
+minutes, the steadier figure).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class Sizes:
 
     steps: int = 100
     warmup: int = 5
-    repeats: int = 5
+    repeats: int = 7
     mlp: tuple[int, int] = (128, 1024)  # batch per rank, hidden width
     cnn: tuple[int, int] = (64, 256)
 
@@ -111,6 +114,11 @@ def _spread(xs: list[float]) -> str:
     return f"{100 * (max(xs) - min(xs)) / statistics.median(xs):.0f}%"
 
 
+def _paired(ours: list[float], theirs: list[float]) -> float:
+    """The median of each repeat's ratio, ours over the baseline run in the same repeat."""
+    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+
+
 def run(tiny: bool = False, workers: int = WORKERS, start: str = "", **sizes) -> list[Result]:
     """Measure samples/s both ways, for each model, with ``workers`` ranks a side (one per GPU
     where there are GPUs: NCCL on both sides); ``start``: more ``%nbdist start`` options;
@@ -162,8 +170,9 @@ def run(tiny: bool = False, workers: int = WORKERS, start: str = "", **sizes) ->
                     statistics.median(got[(model, v)]),
                     base,
                     "samples/s",
-                    ">= 0.98" if v == "plain" else ">= 0.97",
-                    note=f"(spread {_spread(got[(model, v)])} vs {base_spread})",
+                    ">= 1.00",
+                    note=f"(paired {_paired(got[(model, v)], got[(model, 'torchrun')]):.3f}; "
+                    f"spread {_spread(got[(model, v)])} vs {base_spread})",
                 )
             )
         if "report" not in variants:

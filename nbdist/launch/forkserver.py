@@ -29,6 +29,7 @@ within IDLE seconds leaves (the kernel starts one ahead of need, at ``%load_ext 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import selectors
@@ -103,6 +104,10 @@ def _preload_controller() -> None:
     import nbdist.launch.controller  # noqa: F401
     import nbdist.launch.heart  # noqa: F401
 
+    # What is imported here lives as long as every child: out of the cyclic collector's reach,
+    # so no collection in a child walks these objects (copying the pages they share with it).
+    gc.freeze()
+
 
 def _preload() -> None:
     """What every engine imports at its start (torch above all)."""
@@ -118,6 +123,8 @@ def _preload() -> None:
 
     import nbdist.worker.api  # noqa: F401
     import nbdist.worker.runner  # noqa: F401
+
+    gc.freeze()  # see _preload_controller
 
 
 def _detach(inherited: list[int], log_path: str) -> None:

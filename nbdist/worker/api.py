@@ -8,6 +8,7 @@ and results are the typed records of ``nbdist.protocol`` (or plain numbers and n
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import socket
@@ -41,17 +42,22 @@ def setup(threads: int, pin_cores: bool = True) -> Inventory:
     import torch
 
     from .._version import __version__
-    from . import console, rendezvous, script
+    from . import console, heap, rendezvous, script
     from .debug import stacks
 
     torch.set_num_threads(threads)
     state.engine.pin_cores = pin_cores
+    heap.tune()  # a step reuses the memory the last one freed, as no torchrun worker does
     script.not_interactive()  # frameworks must see a script's process, not a REPL
     script.end_on_term()  # a SIGTERM ends the engine at once, not after the cell
     console.install()  # console progress bars; what a rank prints reaches the notebook as printed
     stacks.install()  # every thread's stack on a signal, even in C code
     state.namespace()["nbdist"] = sys.modules["nbdist"]  # cells say nbdist.rank() unimported
     rendezvous.install_idempotent_init()
+    # The engine's own 200,000 objects (IPython, ipyparallel, torch) live as long as it does:
+    # frozen out of the cyclic collector, a full collection in a cell walks only the cell's own
+    # objects (0.24 s before, on the development VM; a torchrun worker's 0.12 s).
+    gc.freeze()
     gpus = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):

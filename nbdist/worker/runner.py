@@ -20,7 +20,7 @@ import traceback
 from ..errors import CheckpointWriteError, NbdistError
 from ..frames import is_user, package
 from ..protocol import CellOutcome, CellRequest, PackedValue, Program
-from . import console, rendezvous, reporter, script, state, trials
+from . import console, heap, rendezvous, reporter, script, state, trials
 from .checkpoint import save as checkpoint
 from .debug import postmortem, stacks
 from .debug import profile as profiler
@@ -126,6 +126,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
     state.engine.program_file = req.program.filename
     bound = None
     printed = console.sent()
+    began = time.monotonic()
     try:
         # ties nbdist.report()'s batches to this request, and samples health while it runs
         reporter.begin_cell(req.telemetry)
@@ -146,6 +147,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
         reporter.end_cell()  # the last records go out before the reply
         sys.stdout.flush()
         sys.stderr.flush()
+        heap.release(time.monotonic() - began)  # what the cell freed, back to the OS
     return dataclasses.replace(
         out,
         group_formed=rendezvous.is_formed(),
