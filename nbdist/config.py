@@ -112,7 +112,7 @@ class ClusterConfig:
     oversubscribe: bool = False
     """Allow more engines (or threads) than the machines' CPUs can serve (``engine_limit``)."""
     pin_cores: bool = True
-    """Pin each CPU rank to its own share of its host's cores (``worker.cores``), when the
+    """Pin each CPU rank to its own share of its host's cores (``worker.host``), when the
     host's ranks fit its cores; False leaves the placement of threads to the OS."""
 
     def __post_init__(self) -> None:

@@ -42,12 +42,12 @@ def setup(threads: int, pin_cores: bool = True) -> Inventory:
     import torch
 
     from .._version import __version__
-    from . import console, heap, rendezvous, script
+    from . import console, host, rendezvous, script
     from .debug import stacks
 
     torch.set_num_threads(threads)
     state.engine.pin_cores = pin_cores
-    heap.tune()  # a step reuses the memory the last one freed, as no torchrun worker does
+    host.tune_heap()  # a step reuses the memory the last one freed, as no torchrun worker does
     script.not_interactive()  # frameworks must see a script's process, not a REPL
     script.end_on_term()  # a SIGTERM ends the engine at once, not after the cell
     console.install()  # console progress bars; what a rank prints reaches the notebook as printed

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from ..protocol import RankInfo
-from . import context, cores
+from . import context, host
 from .state import engine
 
 
@@ -96,8 +96,8 @@ def form(ri: RankInfo, timeout: float) -> float:
         os.environ.setdefault(f"{ri.backend.upper()}_SOCKET_IFNAME", iface)
     if ri.device.startswith("cuda"):
         torch.cuda.set_device(torch.device(ri.device))
-    elif engine.pin_cores:  # its own cores, by its place on its host (worker.cores)
-        cores.pin(ri.local_rank, ri.local_world_size)
+    elif engine.pin_cores:  # its own cores, by its place on its host (worker.host)
+        host.pin(ri.local_rank, ri.local_world_size)
     _init(ri.backend, timedelta(seconds=timeout))
     probe = torch.ones(1, device=ri.device)
     dist.all_reduce(probe)

@@ -20,7 +20,7 @@ import traceback
 from ..errors import CheckpointWriteError, NbdistError
 from ..frames import is_user, package
 from ..protocol import CellOutcome, CellRequest, PackedValue, Program
-from . import console, heap, rendezvous, reporter, script, state, trials
+from . import console, host, rendezvous, reporter, script, state, trials
 from .checkpoint import save as checkpoint
 from .debug import postmortem, stacks
 from .debug import profile as profiler
@@ -147,7 +147,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
         reporter.end_cell()  # the last records go out before the reply
         sys.stdout.flush()
         sys.stderr.flush()
-        heap.release(time.monotonic() - began)  # what the cell freed, back to the OS
+        host.release_heap(time.monotonic() - began)  # what the cell freed, back to the OS
     return dataclasses.replace(
         out,
         group_formed=rendezvous.is_formed(),

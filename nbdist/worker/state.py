@@ -42,7 +42,7 @@ class Engine:
     """Groups formed in this attempt; the same count on every rank (SPMD), names store keys."""
     pin_cores: bool = False
     """Whether a CPU rank is pinned to its share of the host's cores at each formation
-    (``cores.pin``; set by ``api.setup``)."""
+    (``host.pin``; set by ``api.setup``)."""
     retired_groups: list = field(default_factory=list)
     """Groups the user's code destroyed, kept alive until the next formation (see
     ``rendezvous._deferred_destroy``: freeing one too soon can deadlock the engine)."""

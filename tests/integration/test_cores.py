@@ -1,6 +1,6 @@
 """An engine fitted to its host: each CPU rank on its own share of the cores
-(``nbdist.worker.cores``), as taskset would place it, every thread of the engine included; its C
-heap kept from one step to the next and handed back when a cell ends (``nbdist.worker.heap``);
+(``nbdist.worker.host``), as taskset would place it, every thread of the engine included; its C
+heap kept from one step to the next and handed back when a cell ends (``nbdist.worker.host``);
 its start-up objects out of the cyclic collector's walks."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from nbdist.worker.cores import share
+from nbdist.worker.host import share
 
 
 def test_the_shares_are_contiguous_equal_and_apart_only_when_the_ranks_fit():
