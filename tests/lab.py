@@ -48,6 +48,8 @@ FLAGS = [
     "--disable-sync",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+#: The front ends ``running_lab`` can serve: (module run, its application's config class).
+APPS = {"lab": ("jupyterlab", "LabApp"), "notebook": ("notebook", "JupyterNotebookApp")}
 
 
 @dataclass
@@ -77,10 +79,31 @@ class Lab:
 
 
 @contextmanager
-def running_lab(base: Path, root: Path, env: Mapping[str, str] | None = None) -> Iterator[Lab]:
+def notebook(cells: list[str], markdown: str | None = None) -> dict:
+    """A notebook (nbformat 4, the python3 kernel) of these code cells, unrun, and a markdown
+    cell after them if given."""
+    code = [
+        {"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
+        for c in cells
+    ]
+    tail = [{"cell_type": "markdown", "metadata": {}, "source": markdown}] if markdown else []
+    return {
+        "cells": code + tail,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def running_lab(
+    base: Path, root: Path, env: Mapping[str, str] | None = None, app: str = "lab"
+) -> Iterator[Lab]:
     """Start ``jupyter lab`` serving ``root`` (settings under ``base``); stop it on leaving.
 
     ``env`` is added to this process's environment for the lab (and so for its kernels).
+    ``app="notebook"`` starts Jupyter Notebook 7 instead (``/tree``, ``/notebooks/...``).
     """
     base, root = Path(base), Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -88,10 +111,11 @@ def running_lab(base: Path, root: Path, env: Mapping[str, str] | None = None) ->
     news.mkdir(parents=True, exist_ok=True)  # no "get notified about news?" toast
     (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     token, port = secrets.token_hex(16), _free_port()
+    module, cls = APPS[app]
     cmd = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        module,
         "--no-browser",
         "--allow-root",
         "--ServerApp.ip=127.0.0.1",
@@ -99,9 +123,9 @@ def running_lab(base: Path, root: Path, env: Mapping[str, str] | None = None) ->
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={root}",
-        f"--LabApp.user_settings_dir={base / 'settings'}",
-        f"--LabApp.workspaces_dir={base / 'workspaces'}",
-        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp, for commands (themes)
+        f"--{cls}.user_settings_dir={base / 'settings'}",
+        f"--{cls}.workspaces_dir={base / 'workspaces'}",
+        f"--{cls}.expose_app_in_browser=True",  # window.jupyterapp, for commands (themes)
     ]
     log_path = base / "lab.log"
     with open(log_path, "w") as log:
@@ -130,10 +154,15 @@ def running_lab(base: Path, root: Path, env: Mapping[str, str] | None = None) ->
 
 @contextmanager
 def chromium_page(
-    lab: Lab, path: str = "lab", width: int = 1280, height: int = 860, scale: float = 1
+    lab: Lab,
+    path: str = "lab",
+    width: int = 1280,
+    height: int = 860,
+    scale: float = 1,
+    ready: str = "#jp-main-dock-panel",
 ) -> Iterator[Any]:
     """A Playwright page in Chromium on ``path`` of the lab (``scale``: its pixel ratio), once
-    JupyterLab's main area is up; the browser is closed on leaving."""
+    the ``ready`` selector is on it (JupyterLab's main area); the browser is closed on leaving."""
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -145,7 +174,7 @@ def chromium_page(
             )
             page.set_default_timeout(60_000)
             page.goto(lab.page_url(path))
-            page.wait_for_selector("#jp-main-dock-panel")
+            page.wait_for_selector(ready)
             yield page
         finally:
             browser.close()

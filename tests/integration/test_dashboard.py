@@ -266,6 +266,7 @@ def test_an_interrupted_run_is_kept_as_interrupted(ready):
 # -- a real browser ------------------------------------------------------------------------------
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = __import__("pathlib").Path(__file__).resolve().parents[2] / "test-artifacts"
+SHOTS = ARTIFACTS / "screenshots"  # the docs site shows these (docs/conf.py)
 BROWSER_TRAIN = """%%distributed --total 300 --name browser --profile 20
 import math, time
 mesh = nbdist.mesh(dp=2)  # the two ranks as data-parallel replicas: the table's dp column
@@ -287,7 +288,7 @@ def lab(tmp_path_factory):
     import json
     import os
 
-    from lab import running_lab
+    from lab import notebook, running_lab
 
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is absent: run scripts/install-system-deps.sh")
@@ -295,24 +296,7 @@ def lab(tmp_path_factory):
     base = tmp_path_factory.mktemp("dash-lab")
     root = base / "root"
     cells = ["%load_ext nbdist\n%nbdist start -n 2", BROWSER_TRAIN, "%nbdist stop"]
-    nb = {
-        "cells": [
-            {
-                "cell_type": "code",
-                "metadata": {},
-                "source": c,
-                "outputs": [],
-                "execution_count": None,
-            }
-            for c in cells
-        ]
-        + [{"cell_type": "markdown", "metadata": {}, "source": SPACER}],
-        "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
+    nb = notebook(cells, SPACER)
     with running_lab(base, root, env={"NBDIST_DATA_DIR": str(base / "data")}) as lab:
         (root / "dash.ipynb").write_text(json.dumps(nb))
         yield lab.url, lab.token, root
@@ -339,11 +323,11 @@ def test_dashboard_in_a_real_browser(lab):
     """JupyterLab in Chromium (at a pixel ratio of 2) runs the notebook: a chart per metric
     (loss, acc every step, val_loss every 25th step), each with a hover readout, a log toggle,
     zoom; every canvas sharp after a theme switch made while the board was scrolled away; the
-    worker table; screenshots in test-artifacts/."""
+    worker table; screenshots in test-artifacts/screenshots/."""
     from playwright.sync_api import expect, sync_playwright
 
     url, token, root = lab
-    ARTIFACTS.mkdir(exist_ok=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
@@ -388,7 +372,7 @@ def test_dashboard_in_a_real_browser(lab):
             assert board.locator("td.nbd-mesh:not([data-dim='dp'])").count() == 0
             assert "dp" in board.locator("thead th").all_inner_texts()
             board.scroll_into_view_if_needed()
-            board.screenshot(path=str(ARTIFACTS / "dashboard-live-light.png"))
+            board.screenshot(path=str(SHOTS / "dashboard-live-light.png"))
 
             # scrolled away, the theme switches; back in view, every canvas is sharp
             page.locator(".jp-Notebook .jp-MarkdownCell").last.scroll_into_view_if_needed()
@@ -403,7 +387,7 @@ def test_dashboard_in_a_real_browser(lab):
             board.scroll_into_view_if_needed()
             page.wait_for_function(f"() => ({SHARP})().every(s => s[0] === s[2] && s[1] === s[3])")
             assert page.evaluate(SHARP) and not _sharp(page)
-            board.screenshot(path=str(ARTIFACTS / "dashboard-live-dark.png"))
+            board.screenshot(path=str(SHOTS / "dashboard-live-dark.png"))
 
             page.wait_for_function(
                 "() => document.querySelector('.nbd-dashboard').dataset.status === 'ok'",
@@ -432,7 +416,7 @@ def test_dashboard_in_a_real_browser(lab):
             # the cursor is shared: the acc chart reads the same step
             acc = board.locator(".nbdist-chart[data-metric='acc']")
             assert acc.get_attribute("data-readout-step") == str(step)
-            board.screenshot(path=str(ARTIFACTS / "dashboard-hover-dark.png"))
+            board.screenshot(path=str(SHOTS / "dashboard-hover-dark.png"))
             # the log toggle changes the drawing
             canvas = "el => el.querySelector('canvas').toDataURL()"
             page.mouse.move(0, 0)
@@ -444,7 +428,7 @@ def test_dashboard_in_a_real_browser(lab):
                 arg=[loss.element_handle(), linear],
             )
             assert not _sharp(page)
-            board.screenshot(path=str(ARTIFACTS / "dashboard-final-log-dark.png"))
+            board.screenshot(path=str(SHOTS / "dashboard-final-log-dark.png"))
             # drag to zoom, double-click to see everything again (each move seen by the page
             # before the next: a loaded machine may hold back its animation frames)
             page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
@@ -464,7 +448,7 @@ def test_dashboard_in_a_real_browser(lab):
             page.wait_for_selector(".nbd-dashboard[data-theme='true']", state="attached")
             # JupyterLab shows its splash over the page while it changes themes
             page.wait_for_selector("#jupyterlab-splash", state="detached")
-            board.screenshot(path=str(ARTIFACTS / "dashboard-final-light.png"))
+            board.screenshot(path=str(SHOTS / "dashboard-final-light.png"))
             page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
         finally:
             browser.close()

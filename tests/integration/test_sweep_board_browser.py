@@ -1,7 +1,7 @@
 """The sweep board in a real JupyterLab and Chromium: a notebook's kernel drives a ``SweepBoard``
 as the sweep runner will (four trials: two done, one stopped early, one failed), and the page
 shows its curves and its trials table, updating while the cell runs; screenshots go to
-test-artifacts/sweep-board-*.png."""
+test-artifacts/screenshots/sweep-board-*.png."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+SHOTS = ARTIFACTS / "screenshots"  # the docs site shows these (docs/conf.py)
 WIDGET = "application/vnd.jupyter.widget-view+json"
 LABELS = ["lr=0.1, width=32", "lr=0.1, width=64", "lr=0.01, width=32", "lr=0.01, width=64"]
 ERROR = "RuntimeError: CUDA out of memory <b>not bold</b>"
@@ -65,30 +66,14 @@ board.finish("ok")
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A real ``jupyter lab`` serving a notebook: a cell shows the board, the next feeds it."""
-    from lab import running_lab
+    from lab import notebook, running_lab
 
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is absent: run scripts/install-system-deps.sh")
     pytest.importorskip("playwright.sync_api")
     base = tmp_path_factory.mktemp("sweep-lab")
     root = base / "root"
-    nb = {
-        "cells": [
-            {
-                "cell_type": "code",
-                "metadata": {},
-                "source": c,
-                "outputs": [],
-                "execution_count": None,
-            }
-            for c in (SHOW, FEED)
-        ],
-        "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
+    nb = notebook([SHOW, FEED])
     with running_lab(base, root, env={"NBDIST_DATA_DIR": str(base / "data")}) as lab:
         (root / "sweep.ipynb").write_text(json.dumps(nb))
         yield lab, root
@@ -103,7 +88,7 @@ def test_sweep_board_in_a_real_browser(lab):
     from playwright.sync_api import expect, sync_playwright
 
     lab, root = lab
-    ARTIFACTS.mkdir(exist_ok=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
@@ -138,7 +123,7 @@ def test_sweep_board_in_a_real_browser(lab):
             assert board.get_attribute("data-points") == str(60 + 41 + 20)
             assert board.get_attribute("data-curves") == "3"
             board.scroll_into_view_if_needed()
-            board.screenshot(path=str(ARTIFACTS / "sweep-board-live-light.png"))
+            board.screenshot(path=str(SHOTS / "sweep-board-live-light.png"))
             (root / "resume").touch()
             page.wait_for_function(  # the curves gain points while the cell runs
                 "() => +document.querySelector('.nbs-board').dataset.points > 121 + 20"
@@ -179,7 +164,7 @@ def test_sweep_board_in_a_real_browser(lab):
                 "1 failed",
                 "1 stopped",
             ]
-            board.screenshot(path=str(ARTIFACTS / "sweep-board-final-light.png"))
+            board.screenshot(path=str(SHOTS / "sweep-board-final-light.png"))
             loss = charts.first
             linear = loss.evaluate("el => el.querySelector('canvas').toDataURL()")
             loss.locator(".nbdist-chart-log").click()  # a log axis: the same curves, redrawn
@@ -195,12 +180,12 @@ def test_sweep_board_in_a_real_browser(lab):
                 "() => getComputedStyle(document.querySelector('.nbs-board')).backgroundColor"
                 " !== 'rgb(255, 255, 255)'"
             )
-            board.screenshot(path=str(ARTIFACTS / "sweep-board-final-dark.png"))
+            board.screenshot(path=str(SHOTS / "sweep-board-final-dark.png"))
             # a row under the pointer: its curve stands out on every chart
             board.locator("tbody tr").nth(2).hover()
             for i in range(3):
                 expect(charts.nth(i)).to_have_attribute("data-focus", f"#2 {LABELS[2]}")
-            board.screenshot(path=str(ARTIFACTS / "sweep-board-hover-dark.png"))
+            board.screenshot(path=str(SHOTS / "sweep-board-hover-dark.png"))
             page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
             page.wait_for_function(
                 "() => !window.jupyterapp.shell.currentWidget.context.model.dirty"

@@ -11,7 +11,10 @@ at all.
 
 When the cell ends the output keeps the widget and gains one static SVG picture of it
 (``picture``: written as text, in milliseconds), which renderers without widgets (GitHub,
-nbconvert, a notebook reopened without a kernel) show.
+nbconvert, a notebook reopened without a kernel) show. When no front end draws the board
+(``widget.live``: papermill, ``jupyter nbconvert --execute``) there is no widget at all: the
+output is a line of text until the cell ends, then the picture, and an update costs the kernel
+one samples/s figure (kept for the picture) instead of a message to nobody.
 
 Everything here is plain data: numbers are finite or None (a NaN loss travels as the text
 "nan"), and text from engines is sent as text; the browser sets it with ``textContent``.
@@ -20,6 +23,7 @@ Everything here is plain data: numbers are finite or None (a NaN loss travels as
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from ...config import TelemetryConfig
@@ -110,6 +114,9 @@ class Dashboard:
         self._handle = None
         self.seq = 0
         self.updates = 0
+        self.live: bool | None = None  # a widget updated while the cell runs (set by show)
+        self.messages = 0  # messages sent to the browser: deltas and histories
+        self.seconds = 0.0  # kernel time spent making them (and the head, the rows)
         self.sent_bytes = 0  # what the kernel sent the browser, when COUNT_BYTES (benchmarks)
         self.rate = Curve(2000)  # (seconds since start, samples/s), from the first figure on
         self._rate_out = Outbox()
@@ -120,19 +127,28 @@ class Dashboard:
         self._last_history = 0.0
         self._records_seen = 0
         self.rows: list[dict] = []  # the latest table, as data
+        self.head: dict = {}  # the latest progress line, as data
         self.profile: dict | None = None  # where a step's time went, once the cell has ended
 
     # -- display ------------------------------------------------------------------------------
     def show(self, col: Collector) -> None:
-        """Put the widget under the running cell, starting from what ``col`` already holds."""
+        """Put the widget under the running cell, starting from what ``col`` already holds;
+        when no front end draws it (``widget.live``), a line of text (the picture, at the end)."""
         from IPython.display import display
 
-        from .widget import DashboardWidget
+        from .widget import DashboardWidget, live
 
-        self.widget = DashboardWidget()
-        col.series.keep_fresh()  # from now on, what is new goes out with each update
-        self._refresh_history(col, [], "running", col.clock())
+        self.live = live()
+        if self.live:
+            self.widget = DashboardWidget()
+            col.series.keep_fresh()  # from now on, what is new goes out with each update
+            self._refresh_history(col, [], "running", col.clock())
         self._handle = display(self._bundle(), raw=True, display_id=True)
+
+    @property
+    def seen(self) -> bool:
+        """Whether a front end acknowledged this board's widget (read between cells)."""
+        return bool(getattr(self.widget, "seen", False))
 
     def _bundle(self, svg: str | None = None) -> dict:
         from .widget import bundle
@@ -157,21 +173,27 @@ class Dashboard:
             self._records_seen = col.records
             self.rate.add(round(now - col.started, 3), rate)
             self._rate_out.add(round(now - col.started, 3), rate)
+        if self.widget is None and not final:
+            return  # nobody draws it: the picture at the end needs the rows of then alone
+        t0 = time.perf_counter()
         zero_based = col.first_step == 0
         self.rows = [rank_row(st, now, zero_based) for _, st in sorted(col.ranks.items())]
         self._rows = {row["rank"]: row for row in self.rows}
+        self.head = self._head(col, status, now, rate)
         if self.widget is None:
             return
-        self.widget.head = self._head(col, status, now, rate)
+        self.widget.head = self.head
         if final or now - self._last_history >= _HISTORY_EVERY:
             self._refresh_history(col, events, status, now)
-            return
-        delta = self._delta(col, events)
-        if delta:
-            self.seq += 1
-            delta.update(kind="delta", seq=self.seq)
-            self.widget.send(delta)
-            self.sent_bytes += _size(delta) if COUNT_BYTES else 0
+        else:
+            delta = self._delta(col, events)
+            if delta:
+                self.seq += 1
+                delta.update(kind="delta", seq=self.seq)
+                self.widget.send(delta)
+                self.messages += 1
+                self.sent_bytes += _size(delta) if COUNT_BYTES else 0
+        self.seconds += time.perf_counter() - t0
 
     def _head(self, col: Collector, status: str, now: float, rate: float | None) -> dict:
         return {
@@ -245,6 +267,7 @@ class Dashboard:
         }
         if self.widget is not None:
             self.widget.history = history
+            self.messages += 1
             self.sent_bytes += _size(history) if COUNT_BYTES else 0
 
     # -- the end ------------------------------------------------------------------------------
@@ -265,7 +288,7 @@ class Dashboard:
         series = col.series
         svg = picture.dashboard_svg(
             title=f"{self.title} · {status}",
-            summary=_summary_line(self.widget.head if self.widget else {}),
+            summary=_summary_line(self.head),
             metrics={
                 name: (
                     [(r, c.x, c.y) for r, c in sorted(series.ranks[name].items())],

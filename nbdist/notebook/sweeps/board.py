@@ -14,6 +14,9 @@ end, where a view that appears later starts. Curves are ``board.curves.Curve`` (
 buckets; at most ``MAX_METRICS`` metrics), so a trial of a million steps costs what one of a
 thousand does. When the sweep ends
 the output keeps the widget and gains one static PNG of the board, for renderers without widgets.
+When no front end draws the board (``board.widget.live``: papermill, ``jupyter nbconvert
+--execute``) there is no widget: a line of text until the end, then the picture; the trials' points
+are still kept (the picture draws them), and nothing is sent.
 
 Everything sent is plain data: numbers finite or None (a NaN loss travels as the text "nan"),
 text from engines and users sent as text; the browser sets it with ``textContent``.
@@ -67,6 +70,14 @@ def _loss(x: Any) -> float | str | None:
     return f if math.isfinite(f) else str(f)
 
 
+_last: SweepBoard | None = None
+
+
+def last() -> SweepBoard | None:
+    """The sweep board shown last in this kernel, or None."""
+    return _last
+
+
 class SweepBoard:
     """The state of one sweep's board, and what of it the browser has not seen yet."""
 
@@ -75,6 +86,8 @@ class SweepBoard:
         self.status = "running"
         self.widget: Any = None
         self.seq = 0
+        self.live: bool | None = None  # a widget updated while the sweep runs (set by show)
+        self.messages = 0  # messages sent to the browser: deltas and histories
         self.sent_bytes = 0  # what the kernel sent the browser (tests read it)
         self.rows: list[dict] = []  # the table as data, by trial id
         self._handle: Any = None
@@ -164,15 +177,25 @@ class SweepBoard:
 
     # -- display ------------------------------------------------------------------------------
     def show(self) -> None:
-        """Put the widget under the running cell."""
+        """Put the widget under the running cell; when no front end draws it
+        (``board.widget.live``), a line of text (the picture, at the end)."""
         from IPython.display import display
 
-        from ..board.widget import SweepWidget
+        from ..board.widget import SweepWidget, live
 
-        self.widget = SweepWidget()
-        self.widget.head = self._head()
-        self._refresh_history()
+        global _last
+        _last = self
+        self.live = live()
+        if self.live:
+            self.widget = SweepWidget()
+            self.widget.head = self._head()
+            self._refresh_history()
         self._handle = display(self._bundle(), raw=True, display_id=True)
+
+    @property
+    def seen(self) -> bool:
+        """Whether a front end acknowledged this board's widget (read between cells)."""
+        return bool(getattr(self.widget, "seen", False))
 
     def _bundle(self, png: bytes | None = None) -> dict:
         from ..board.widget import bundle
@@ -200,6 +223,7 @@ class SweepBoard:
             self.seq += 1
             delta.update(kind="delta", seq=self.seq)
             self.widget.send(delta)
+            self.messages += 1
             self.sent_bytes += _size(delta)
 
     def _head(self) -> dict:
@@ -248,6 +272,7 @@ class SweepBoard:
             for key, curves in self._curves.items()
         }
         self.widget.history = history
+        self.messages += 1
         self.sent_bytes += _size(history)
 
     # -- the end ------------------------------------------------------------------------------

@@ -119,6 +119,8 @@ export function el(tag, cls, text) {
 // The kernel's `history` (everything so far, decimated) replaces it; its custom messages
 // ({kind: "delta", seq}) add what is new. A board's store says what it holds (`reset`) and how a
 // message goes in (`merge`, returning what changed); views subscribe to `views`.
+// Made when the front end makes the model (whether or not a view is drawn yet, the tab in front
+// or not), it tells the kernel so once: `widget.seen` (read between cells).
 export class BoardStore {
   constructor(model) {
     this.model = model;
@@ -129,6 +131,7 @@ export class BoardStore {
     model.on("change:history", () => this.load(model.get("history")));
     model.on("change:head", () => this.notify({ head: true }));
     model.on("msg:custom", (msg) => this.delta(msg));
+    model.send({ kind: "seen" });
   }
   head() {
     return this.model.get("head") || {};
@@ -242,9 +245,11 @@ export class ChartGrid {
 // -- a view's life: drawn at the store's news; the theme mirrored on the root (the charts follow
 // the theme and their size themselves); undone on removal --------------------------------------
 export function follow(root, store, draw, undo) {
-  const theme = new MutationObserver(() => {
+  const mirror = () => {
     root.dataset.theme = document.body.dataset.jpThemeLight || "";
-  });
+  };
+  mirror(); // from the start (JupyterLab and Notebook 7 both mark the body)
+  const theme = new MutationObserver(mirror);
   theme.observe(document.body, {
     attributes: true,
     attributeFilter: ["data-jp-theme-light"],
