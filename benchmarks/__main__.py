@@ -41,6 +41,7 @@ BENCHMARKS = (
     "bench_pipeline",
     "bench_mesh",
     "bench_sweep",
+    "bench_trackers",
     "bench_debug",
     "bench_server",
     "bench_memory",

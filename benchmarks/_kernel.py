@@ -42,6 +42,18 @@ def cpu_seconds(pids: list[int], thread_pids: list[int] = ()) -> dict:
     return out
 
 
+def cpu_total(procs: list[psutil.Process]) -> float:
+    """User + system seconds of ``procs`` so far (those gone count nothing)."""
+    total = 0.0
+    for p in procs:
+        try:
+            c = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += c.user + c.system
+    return total
+
+
 def _run_time(task: Path) -> float:
     """Seconds a thread (``/proc/PID/task/TID``) has run on a CPU."""
     try:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import psutil
 
 from . import Result, cores, private_data_dir, threads_each
+from ._kernel import cpu_total
 
 WORKERS = 2
 RATES = (0.1, 0.03, 0.01, 0.003)
@@ -91,18 +92,6 @@ for step in range({m.steps}):
 """
 
 
-def _cpu(procs: list[psutil.Process]) -> float:
-    """User + system seconds of ``procs`` so far (those gone count nothing)."""
-    total = 0.0
-    for p in procs:
-        try:
-            c = p.cpu_times()
-        except psutil.Error:
-            continue
-        total += c.user + c.system
-    return total
-
-
 def _rounds(s: Sizes, threads: int) -> dict[tuple[str, str], list[tuple[float, float, float]]]:
     """Each model both ways, ``repeats`` times; per (model, side), per round: wall seconds, CPU
     seconds of the engines, CPU seconds of this process."""
@@ -131,10 +120,10 @@ def _rounds(s: Sizes, threads: int) -> dict[tuple[str, str], list[tuple[float, f
                 c.run(cell(m))
 
         def timed(key: tuple[str, str], side, m: Model) -> None:
-            e0, k0, t0 = _cpu(engines), _cpu([me]), time.perf_counter()
+            e0, k0, t0 = cpu_total(engines), cpu_total([me]), time.perf_counter()
             side(m)
             t1 = time.perf_counter()
-            got.setdefault(key, []).append((t1 - t0, _cpu(engines) - e0, _cpu([me]) - k0))
+            got.setdefault(key, []).append((t1 - t0, cpu_total(engines) - e0, cpu_total([me]) - k0))
 
         warm = replace(s.models[0], steps=2)  # untimed: each engine's first run loads code
         serial_side(warm)

@@ -10,31 +10,15 @@ import argparse
 import functools
 import keyword
 import os
-import shlex
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from ..config import CellOptions
 from ..errors import UsageError
 from . import session
+from .arguments import Parser, parse
 from .housekeeping import gc as housekeeping
 from .sweeps.spec import SweepSpec, parse_sweep
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a mistake as one UsageError line instead of exiting."""
-
-    def error(self, message: str):
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-    def exit(self, status: int = 0, message: str | None = None):
-        if message:
-            raise UsageError(message.strip())
-        raise _HelpShown()
-
-
-class _HelpShown(Exception):
-    pass
 
 
 def _ranks(text: str) -> tuple[int, ...]:
@@ -45,9 +29,9 @@ def _ranks(text: str) -> tuple[int, ...]:
 
 
 @functools.cache  # built once: a cell's parse is then the parse alone
-def _nbdist_parser() -> _Parser:
-    p = _Parser(prog="%nbdist", description="Start, inspect and stop the nbdist cluster.")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser, required=True)
+def _nbdist_parser() -> Parser:
+    p = Parser(prog="%nbdist", description="Start, inspect and stop the nbdist cluster.")
+    sub = p.add_subparsers(dest="command", parser_class=Parser, required=True)
     s = sub.add_parser("start", help="start N engines with a ready process group")
     s.add_argument("-n", type=int, default=None, help="number of engines (ranks); default 2")
     s.add_argument("--threads", type=int, default=None, help="threads per engine")
@@ -126,8 +110,8 @@ def _nbdist_parser() -> _Parser:
 
 
 @functools.cache
-def _distributed_parser() -> _Parser:
-    p = _Parser(prog="%%distributed", description="Run this cell on every rank at once.")
+def _distributed_parser() -> Parser:
+    p = Parser(prog="%%distributed", description="Run this cell on every rank at once.")
     _add_cell_options(p)
     # sweeps (see nbdist.notebook.sweeps.trials)
     p.add_argument(
@@ -170,23 +154,18 @@ def _add_cell_options(p: argparse.ArgumentParser) -> None:
     # recovery (see nbdist.notebook.run.recovery)
     p.add_argument("--restarts", type=int, default=0, help="replace lost workers up to R times")
     p.add_argument("--min-workers", type=int, default=None, help="shrink to no fewer than M")
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue an earlier run's checkpoints of the same name (run=, a sweep's --name)",
-    )
-    p.add_argument(
-        "--progress-timeout",
-        type=float,
-        default=300.0,
-        help="seconds without progress before a rank counts as hung",
-    )
+    resume = "continue an earlier run's checkpoints of the same name (run=, a sweep's --name)"
+    p.add_argument("--resume", action="store_true", help=resume)
+    hung = "seconds without progress before a rank counts as hung"
+    p.add_argument("--progress-timeout", type=float, default=300.0, help=hung)
     # telemetry (see nbdist.notebook.board.runs)
     p.add_argument("--no-dashboard", action="store_true", help="no live dashboard widget")
     p.add_argument("--total", type=_positive, default=None, help="steps in all, for the ETA")
     p.add_argument("--tensorboard", metavar="DIR", default=None, help="also write TensorBoard logs")
     p.add_argument("--stop-on-nan", action="store_true", help="stop every rank on a NaN/inf loss")
     p.add_argument("--name", default="", help="a name for this run in nbdist.runs()")
+    # experiment trackers (see nbdist.notebook.trackers): --track mlflow --track wandb, or a,b
+    p.add_argument("--track", action="append", help="also send it to mlflow, wandb or comet")
     # looking inside (see nbdist.notebook.debug.profile)
     p.add_argument(
         "--profile",
@@ -205,6 +184,7 @@ def _cell_options(args: argparse.Namespace) -> CellOptions:
         "total": args.total,
         "tensorboard": args.tensorboard,
         "stop_on_nan": args.stop_on_nan,
+        "track": args.track,  # checked by the run's monitor (trackers.sinks)
     }
     return CellOptions(
         timeout=args.timeout,
@@ -260,17 +240,6 @@ def _positive(text: str) -> int:
     return value
 
 
-def _parse(parser: _Parser, line: str, script: bool = False) -> argparse.Namespace | None:
-    """``line`` parsed (``script``: it may name a script after ``--profile``)."""
-    try:
-        tokens = shlex.split(line)
-        return parser.parse_args(_explicit_profile(tokens) if script else tokens)
-    except _HelpShown:
-        return None
-    except ValueError as e:  # unbalanced quotes
-        raise UsageError(f"{parser.prog}: {e}") from None
-
-
 def _status_table(rows: list[dict]) -> str:
     cols = ["rank", "host", "pid", "device", "gpu", "state", "mesh", "stage", "replica"]
     for optional in ("gpu", "mesh", "stage", "replica"):  # none of them: no dashes
@@ -289,7 +258,7 @@ class NbdistMagics(Magics):
         """Control the cluster: ``%nbdist start -n N`` | ``attach [ID]`` | ``stop`` | ``status`` |
         ``run [OPTIONS] FILE [ARGS...]`` | ``pull NAME`` | ``scatter NAME`` |
         ``debug [--rank R]`` | ``stacks`` | ``gc [--yes]``."""
-        args = _parse(_nbdist_parser(), line, script=True)
+        args = parse(_nbdist_parser(), line, _explicit_profile)
         if args is None:
             return None
         if args.command == "start":
@@ -381,10 +350,11 @@ class NbdistMagics(Magics):
 
         Options: ``--timeout SECONDS``, ``--ranks 0,2``, ``--all-output``; telemetry:
         ``--no-dashboard``, ``--total N``, ``--tensorboard DIR``, ``--stop-on-nan``, ``--name``;
+        trackers: ``--track mlflow|wandb|comet`` (see ``nbdist.notebook.trackers``);
         a sweep: ``--sweep NAME=VALUES`` (repeated), ``--trial-size K``, ``--samples N``,
         ``--seed S``, ``--stop-early median`` (see ``nbdist.notebook.sweeps.trials``).
         """
-        args = _parse(_distributed_parser(), line)
+        args = parse(_distributed_parser(), line)
         if args is None:
             return None
         from .run import programs

@@ -212,13 +212,15 @@ def run_script(
     name: str = "",
     profile: int | bool = False,
     resume: bool = False,
+    track: str | list[str] | None = None,
 ) -> None:
     """Run the script ``file`` on every rank with ``args`` as its command line, as
     ``torchrun --nproc-per-node N file args...`` would; ``%nbdist run`` from Python.
 
-    The options are ``%%distributed``'s. The script's global names stay on the engines when it
-    ends (as after IPython's ``%run``), for later cells and ``%nbdist pull``; the process group
-    stays formed (re-formed before the next cell if the script destroyed it).
+    The options are ``%%distributed``'s (``track="mlflow"`` is ``--track mlflow``). The
+    script's global names stay on the engines when it ends (as after IPython's ``%run``), for
+    later cells and ``%nbdist pull``; the process group stays formed (re-formed before the next
+    cell if the script destroyed it).
     """
     program = programs.load(file, args)
     telemetry = {
@@ -226,6 +228,7 @@ def run_script(
         "total": total,
         "tensorboard": tensorboard,
         "stop_on_nan": stop_on_nan,
+        "track": track,
     }
     opts = config.CellOptions(
         timeout=timeout,

@@ -249,7 +249,7 @@ def test_engine_code_never_imports_kernel_code_and_the_floor_neither_side():
 #: ground (its state, rank context...).
 ROOMS = {
     "notebook": {"magics": 6, "data": 5, "sweeps": 5, "housekeeping": 5, "session": 4, "run": 3,
-                 "debug": 2, "cluster": 1, "board": 1},
+                 "debug": 2, "cluster": 1, "board": 1, "trackers": 0, "arguments": 0},
     "worker": {"api": 5, "runner": 4, "checkpoint": 3, "train": 2, "pipeline": 2,
                "integrations": 2, "debug": 2, "mesh": 1, "ground": 0},
 }  # fmt: skip

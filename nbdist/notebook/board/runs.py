@@ -2,10 +2,11 @@
 
 ``runs()`` returns the kept runs (each a ``Run``: its record, ``run.metrics()`` as plain data or a
 pandas DataFrame, every reported metric a column; ``run.health()``, ``run.events()``,
-``run.curve("acc")``); ``compare(a, b, metric="acc", log=False)`` plots one metric of several
-runs on one matplotlib Figure. All of it reads the run store (``telemetry.store``), folded into
-curves as the boards and the sidebar fold them (``telemetry.series``); the live side, which
-writes it, is ``run.monitor.RunMonitor``.
+``run.curve("acc")``; ``run.to_mlflow()``, ``to_wandb()``, ``to_comet()`` send it to a tracker);
+``compare(a, b, metric="acc", log=False)`` plots one metric of several runs on one matplotlib
+Figure. All of it reads the run store (``telemetry.store``), folded into curves as the boards and
+the sidebar fold them (``telemetry.series``); the live side, which writes it, is
+``run.monitor.RunMonitor``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,27 @@ class Run:
     def loss_curve(self) -> tuple[list, list]:
         """Mean loss over ranks at each step: (steps, losses)."""
         return self.curve("loss")
+
+    # -- to an experiment tracker, afterwards (see nbdist.notebook.trackers.export) ------------
+    def to_mlflow(self) -> str:
+        """Send this finished run to MLflow (as ``MLFLOW_TRACKING_URI`` and MLflow's defaults
+        say); return the MLflow run's id."""
+        return self._send("mlflow")
+
+    def to_wandb(self) -> Any:
+        """Send this finished run to Weights & Biases (``WANDB_PROJECT``, ``WANDB_MODE``...);
+        return the W&B run."""
+        return self._send("wandb")
+
+    def to_comet(self) -> Any:
+        """Send this finished run to Comet (its config; offline with
+        ``COMET_START_ONLINE=false``); return the Comet experiment."""
+        return self._send("comet")
+
+    def _send(self, tracker: str) -> Any:
+        from ..trackers import export
+
+        return export.send(self.store.get_run(self.id) or self.record, self.store, tracker)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(repr(self))

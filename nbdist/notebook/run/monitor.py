@@ -2,7 +2,8 @@
 
 ``RunMonitor`` is the run's observer (``observers.RunObserver``): the controller tells it the
 run's phases and recovery's events, and the supervisor hands it the ranks at every poll. It
-feeds the collector, the dashboard, the run store and TensorBoard, and keeps the run's events.
+feeds the collector, the dashboard, the run store, TensorBoard and the experiment trackers
+(``notebook.trackers``), and keeps the run's events.
 Other parts of nbdist add their own events through ``active()``::
 
     from nbdist.notebook import monitor
@@ -31,6 +32,8 @@ from ...telemetry.writer import StoreWriter
 from ..board.collector import Collector, RankFeed, quiet_for
 from ..debug import profile
 from ..debug.profile import Profile
+from ..trackers import sinks
+from ..trackers.live import TrackerFeed, run_info
 from .observers import Phase
 from .supervisor import shows_output_of
 
@@ -53,7 +56,7 @@ class _StopRun(KeyboardInterrupt):
 
 
 class RunMonitor:
-    """Watches one run: collector, dashboard, run store, TensorBoard, and the run's events.
+    """Watches one run: collector, dashboard, run store, TensorBoard, trackers, and events.
 
     Use as a context manager around ``Cluster.run``, and pass it as one of the run's observers.
     """
@@ -73,6 +76,7 @@ class RunMonitor:
         stop_on_nan: bool = False,
         store: RunStore | None = None,
         cfg: TelemetryConfig | None = None,
+        track: Any = None,
     ):
         self.cfg = cfg or TelemetryConfig()
         ranks = list(opts.ranks) if opts.ranks is not None else [s.rank for s in cluster.slots]
@@ -98,8 +102,9 @@ class RunMonitor:
         self._last_ui = 0.0
         self._last_health_write = 0.0
         self._warned = False
+        sinks.check(track := sinks.names(track))  # a missing package: one line, before the run
         self.tb = _tensorboard(tensorboard) if tensorboard else None
-        if self.tb is not None:
+        if self.tb is not None or track:
             self.collector.series.on_mean = self._on_mean
         self.writer = StoreWriter(store or RunStore(), self.cfg.store_interval)
         # every cell option, whatever CellOptions holds now (extra: the telemetry options)
@@ -114,6 +119,8 @@ class RunMonitor:
             total=total,
             started=self.started,
         )
+        info = run_info(name, self.run_id, options, label, self.started)
+        self.trackers = TrackerFeed(track, info) if track else None  # MLflow, W&B, Comet
         self._check_store()
         # A cell that visibly reports gets its dashboard at its first poll (above its output);
         # others when their first report arrives.
@@ -141,6 +148,8 @@ class RunMonitor:
             if self.run_id is not None:
                 self.writer.delete_run(self.run_id)
             self.writer.close()
+            if self.trackers is not None:
+                self.trackers.close("failed", {}, self.collector)
             return False
         if isinstance(exc, DistributedCellError):
             failures = [
@@ -180,6 +189,8 @@ class RunMonitor:
         self.writer.close()
         if self.tb is not None:
             self.tb.close()
+        if self.trackers is not None:  # last: it may wait (bounded) for slow trackers
+            self.trackers.close(status, self._summary(), col)
         self._check_store()
 
     # -- the run's observer (observers.RunObserver) -------------------------------------------
@@ -208,6 +219,8 @@ class RunMonitor:
             self._note_latency()
             self._write_health()
             self._check_store()
+            if self.trackers is not None:
+                self.trackers.pump(col)
         self.poll_seconds.append(time.perf_counter() - t0)
         if self.stop_reason is not None and not self._stop_raised:
             self._stop_raised = True
@@ -281,6 +294,8 @@ class RunMonitor:
             self.writer.add_events(self.run_id, [e])
         if self.tb is not None:
             self.tb.add_text("events", f"{e.kind} rank {e.rank}: {e.message}")
+        if self.trackers is not None:
+            self.trackers.event(e)
         if e.kind == "nan" and self.stop_on_nan and self.stop_reason is None:
             self.stop_reason = RankFailure(
                 e.rank,
@@ -292,6 +307,8 @@ class RunMonitor:
     def _on_records(self, rank: int, recs: list[MetricRecord]) -> None:
         if self.run_id is not None:
             self.writer.add_metrics(self.run_id, rank, recs)
+        if self.trackers is not None:
+            self.trackers.records(rank, recs)
         if self.tb is not None:
             for rec in recs:
                 if rec.step is None:
@@ -302,8 +319,11 @@ class RunMonitor:
                     self.tb.add_scalar(f"{k}/rank{rank}", v, rec.step, walltime=rec.time)
 
     def _on_mean(self, name: str, step: float, value: float) -> None:
-        """A newly settled point of the mean of ``name`` over ranks: TensorBoard's too."""
-        self.tb.add_scalar(f"{name}/mean", value, step)
+        """A newly settled point of the mean of ``name`` over ranks: TensorBoard's, trackers'."""
+        if self.tb is not None:
+            self.tb.add_scalar(f"{name}/mean", value, step)
+        if self.trackers is not None:
+            self.trackers.mean(name, step, value)
 
     def _write_health(self, force: bool = False) -> None:
         now = time.time()

@@ -37,6 +37,7 @@ from ..run import programs
 from ..run.monitor import RunMonitor
 from ..run.replay import replay
 from ..run.supervisor import CellRun
+from ..trackers import sinks
 from .spec import SweepSpec, label, median_rule
 from .table import TrialRow, TrialTable, pull_trial
 
@@ -179,6 +180,7 @@ class Sweep:
                 dashboard=False,
                 total=self.opts.extra.get("total"),
                 stop_on_nan=bool(self.opts.extra.get("stop_on_nan")),
+                track=self.opts.extra.get("track"),  # each trial a tracker run, grouped
             )
             t.run_id = t.monitor.run_id
             self._follow(t)
@@ -368,12 +370,13 @@ def sweep(
     """Run ``cell`` once per trial of ``params`` (``{"lr": [0.1, 0.01]}``: the grid; ranges as
     ``spec.Range`` with ``samples``), each trial on ``trial_size`` ranks of the current
     cluster; ``%%distributed --sweep`` from Python. ``options`` are ``%%distributed``'s
-    (``restarts``, ``timeout``, ``total``, ``stop_on_nan``, ...). Returns the table of trials."""
+    (``restarts``, ``timeout``, ``total``, ``stop_on_nan``, ``track="mlflow"``: each trial a
+    tracker run, grouped under the sweep...). Returns the table of trials."""
     from .spec import parse_values
 
     parsed = {k: parse_values(k, v) if isinstance(v, str) else v for k, v in dict(params).items()}
     spec = SweepSpec(parsed, trial_size, samples, seed, stop_early, name)
-    telemetry = {k: options.pop(k) for k in ("total", "stop_on_nan") if k in options}
+    telemetry = {k: options.pop(k) for k in ("total", "stop_on_nan", "track") if k in options}
     opts = CellOptions(**options, extra=telemetry)
     return run_sweep(programs.cell(cell), spec, opts, board)
 
@@ -381,6 +384,7 @@ def sweep(
 def run_sweep(program: Program, spec: SweepSpec, opts: CellOptions, board: bool) -> TrialTable:
     """The sweep of ``program`` on the current cluster, with its board when ``board``."""
     cluster = session.current()
+    sinks.check(sinks.names(opts.extra.get("track")))  # before any trial: one line
     shown = None
     if board:
         from .board import SweepBoard

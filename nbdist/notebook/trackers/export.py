@@ -1,0 +1,67 @@
+"""A finished run, sent from the run store to a tracker afterwards: ``Run.to_mlflow()``,
+``to_wandb()``, ``to_comet()`` (``board.runs``).
+
+The same sinks as a live run, called here in turn: the run's options (and a trial's values) as
+parameters, every metric per rank and its mean over ranks as the boards fold them (at most a few
+thousand points a curve, spikes kept), each rank's last health, the counts of events and the
+events themselves, the run's status and summary.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from ...errors import UsageError
+from ...telemetry.series import RunSeries, fold_rows
+from ...telemetry.store import RunStore
+from . import sinks
+from .live import run_info
+from .sinks import Point
+
+_CHUNK = 5000  # points per call of the sink
+
+
+def send(record: dict, store: RunStore, tracker: str) -> Any:
+    """Send the kept run ``record`` to ``tracker``; return the tracker's own run (its id for
+    MLflow, the run object for W&B, the experiment for Comet)."""
+    (name,) = sinks.names(tracker)
+    if record["status"] == "running":
+        raise UsageError(f"run {record['id']} is still running: send it once it has ended")
+    sinks.check([name])
+    rid, opts = record["id"], record.get("options") or {}
+    info = run_info(record["name"], rid, opts, record.get("label") or "", record["started"])
+    t = record.get("ended") or record["updated"]
+    sink = sinks.make(name)
+    sink.open(info)
+    points = _points(store, rid, t)
+    for i in range(0, len(points), _CHUNK):
+        sink.log(points[i : i + _CHUNK])
+    summary = {k: float(record[k]) for k in ("step", "loss", "samples_per_s") if record.get(k)}
+    sink.close(record["status"], summary, store.events(rid))
+    return sink.handle
+
+
+def _points(store: RunStore, rid: int, t: float) -> list[Point]:
+    series = RunSeries()
+    fold_rows(series, store.metrics(rid))
+    series.settle(final=True)
+    out = []
+    for name in series.names:
+        for rank, curve in sorted(series.ranks[name].items()):
+            out += [
+                Point(f"{name}/rank{rank}", int(x), y, t)
+                for x, y in zip(curve.x, curve.y, strict=True)
+            ]
+        mean = series.mean[name]
+        out += [Point(f"{name}/mean", int(x), y, t) for x, y in zip(mean.x, mean.y, strict=True)]
+    last = max((p.step for p in out), default=0)
+    counts = Counter(e["kind"] for e in store.events(rid))
+    out += [Point(f"events/{k}", last, float(n), t) for k, n in counts.items()]
+    for h in store.health(rid):
+        for key, v, scale in (("cpu", h.get("cpu"), 1), ("rss_mb", h.get("rss"), 2**20),
+                              ("gpu_util", h.get("gpu_util"), 1),
+                              ("gpu_mem_mb", h.get("gpu_mem"), 2**20)):  # fmt: skip
+            if v is not None:
+                out.append(Point(f"health/rank{h['rank']}/{key}", last, v / scale, t))
+    return out
