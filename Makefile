@@ -1,7 +1,7 @@
 # nbdist: one place for the project's commands. See README.md.
 #   make install    install-system and install-python:
 #     install-system  the system packages the tests need (Chromium, sshd): root or sudo
-#     install-python  nbdist editable with its test extras (builds the sidebar): no root
+#     install-python  nbdist editable with its test and docs extras (builds the sidebar): no root
 #   make lint       ruff format --check, ruff check, and the sidebar's prettier + eslint checks
 #                   (installs the sidebar's node_modules when missing)
 #   make format     rewrite what `make lint` checks: ruff format, ruff check --fix, jlpm lint
@@ -9,6 +9,8 @@
 #   make test-fast  the unit tests only (tests/unit), no install, no lint: run `make install` once
 #   make demo       install-python, then run the quickstart notebook (no root needed)
 #   make bench      the benchmarks
+#   make docs       build the docs site into docs/_build/html and open it (no install: run
+#                   `make install-python` once; `make test` builds it too, warnings as errors)
 PYTHON ?= python3
 JLPM ?= jlpm
 EXT := extension
@@ -17,7 +19,7 @@ EXT := extension
 NODE_MODULES := $(EXT)/node_modules/.yarn-state.yml
 
 .PHONY: install install-system install-python demo \
-  lint lint-format lint-ruff lint-extension format test test-fast bench
+  lint lint-format lint-ruff lint-extension format test test-fast bench docs
 
 install: install-system install-python
 
@@ -28,7 +30,7 @@ install-system:
 # The build hook skips the front end when extension/src is unchanged: the boards (a second or
 # less to build) are built again here, so an edit to board/static/ is never left unbuilt.
 install-python:
-	$(PYTHON) -m pip install -q -c constraints.txt -e ".[test]"
+	$(PYTHON) -m pip install -q -c constraints.txt -e ".[test,docs]"
 	cd $(EXT) && $(JLPM) build:boards
 
 demo: install-python
@@ -66,3 +68,20 @@ test-fast:
 
 bench: install
 	$(PYTHON) -m benchmarks
+
+# Shows the executed notebooks and the screenshots of the last test run where there was one
+# (test-artifacts/). No network: nothing is fetched, nothing executed. Warnings are shown, not
+# fatal here (tests/unit/test_docs.py makes them errors). Opened where there is a display;
+# otherwise the path to open is printed.
+docs:
+	$(PYTHON) -m sphinx -q -b html docs docs/_build/html
+	@$(PYTHON) -c "$$OPEN_DOCS"
+
+define OPEN_DOCS
+import os, pathlib, sys, webbrowser
+page = pathlib.Path("docs/_build/html/index.html").resolve()
+print(page)
+if sys.platform in ("darwin", "win32") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+    webbrowser.open(page.as_uri())
+endef
+export OPEN_DOCS

@@ -10,6 +10,8 @@ import nbformat
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).parents[2] / "notebooks"
+#: the executed notebooks, kept for the docs site (docs/conf.py renders these when present)
+EXECUTED = Path(__file__).parents[2] / "test-artifacts" / "notebooks"
 
 
 def _execute(name: str, tmp_path) -> list[str]:
@@ -17,6 +19,8 @@ def _execute(name: str, tmp_path) -> list[str]:
     NotebookClient(
         nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     ).execute()
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, EXECUTED / name)
     texts = []
     for cell in nb.cells:
         for out in cell.get("outputs", []):

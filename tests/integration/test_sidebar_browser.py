@@ -110,11 +110,16 @@ def page(lab):
         yield pg
 
 
+#: the screenshots, which the docs site shows (docs/conf.py)
+SHOTS = ARTIFACTS / "screenshots"
+
+
 def shot(page, name: str, dark_too: bool = False) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"sidebar-{name}-light.png"))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"sidebar-{name}-light.png"))
     if dark_too:
         set_theme(page, "JupyterLab Dark")
-        page.screenshot(path=str(ARTIFACTS / f"sidebar-{name}-dark.png"))
+        page.screenshot(path=str(SHOTS / f"sidebar-{name}-dark.png"))
         set_theme(page, "JupyterLab Light")
 
 

@@ -9,7 +9,7 @@ say what happened: a run without reports says so; a live run's view follows it t
 stops asking; the failed run's card names the failing rank and its error and no tile of it says
 "ok" (not even once the cluster is stopped); clicking a past run opens one chart per metric
 (each rank and their mean, log axis, hover readout); two runs ticked and compared are overlaid on
-the metric picked. Screenshots, light and dark, go to test-artifacts/sidebar-*.png.
+the metric picked. Screenshots, light and dark, go to test-artifacts/screenshots/sidebar-*.png.
 
 Needs /usr/bin/chromium (``scripts/install-system-deps.sh`` installs it).
 """

@@ -78,16 +78,16 @@ def in_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
-def readme_cluster_file() -> str:
-    """The cluster file of the README's Slurm section, as written there."""
-    text = (Path(__file__).parents[2] / "README.md").read_text()
-    section = text[text.index("## Slurm and MPI") :]
+def guide_cluster_file() -> str:
+    """The cluster file of the Slurm section of the remote hosts guide, as written there."""
+    text = (Path(__file__).parents[2] / "docs" / "guide" / "remote-hosts.md").read_text()
+    section = text[text.index("## Slurm") :]
     return section.split("```toml\n", 1)[1].split("```", 1)[0]
 
 
 def test_magics_start_train_status_and_stop_through_slurm(slurm, in_tmp):
     f = in_tmp.parent / f"{in_tmp.name}-slurm.toml"
-    f.write_text(readme_cluster_file())
+    f.write_text(guide_cluster_file())
     k = start_kernel()
     try:
         # bad input: one line (the scheduler's own reason where it judges), before any engine
@@ -107,7 +107,7 @@ def test_magics_start_train_status_and_stop_through_slurm(slurm, in_tmp):
         assert "is queued (PartitionDown); waiting up to 2 s (--start-timeout)" in r.stdout
         assert "still queued after 2 s (PartitionDown); it was cancelled" in r.error["evalue"]
         _queue_empty(slurm)
-        # the README's cluster file, with --time given as an option (it wins over the file's)
+        # the guide's cluster file, with --time given as an option (it wins over the file's)
         r = k.ok(f"%nbdist start --cluster-file {f} --ip 127.0.0.1 --time 10", timeout=120)
         assert "nbdist: 2 ranks ready" in r.stdout, r.stdout
         start_s = float(r.stdout.split(" in ")[-1].split(" s")[0])
