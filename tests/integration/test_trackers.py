@@ -316,12 +316,12 @@ def test_nbdist_run_tracks_a_script(tracked, tmp_path):
         _same(_mlflow_curve(client, mr, key), curve, f"run {key}")
 
 
-def test_to_mlflow_sends_a_finished_run(tracked):
+def test_to_mlflow_wandb_and_comet_send_a_finished_run(tracked):
     k, root = tracked
     k.ok(CELL.format(flags="--name later"), timeout=120)
     run = board_runs.runs(1)[0]
     assert run["name"] == "later"
-    res = k.ok("print(nbdist.runs()[0].to_mlflow())")
+    res = k.ok("import nbdist\nprint(nbdist.runs()[0].to_mlflow())")
     client = _mlflow(root)
     mr = client.get_run(res.stdout.strip())
     assert mr.info.run_name == "later" and mr.info.status == "FINISHED"
@@ -330,6 +330,12 @@ def test_to_mlflow_sends_a_finished_run(tracked):
         _same(_mlflow_curve(client, mr, key), curve, f"to_mlflow {key}")
     saved = sum(e["kind"] == "checkpoint" for e in run.events())  # one from each rank
     assert saved == 2 and _mlflow_curve(client, mr, "events/checkpoint") == {19: 2.0}
+    k.ok("nbdist.runs()[0].to_wandb(); nbdist.runs()[0].to_comet()")
+    (wb,) = [r for r in _wandb_runs(root) if r["name"] == "later"]
+    (cm,) = [r for r in _comet_runs(root) if r["others"].get("Name") == "later"]
+    for key, curve in _store_curves(run).items():
+        _same(wb["curves"][key], curve, f"to_wandb {key}")
+        _same(cm["curves"][key], curve, f"to_comet {key}")
 
 
 # -- the fan-out, with stand-in sinks (no tracker library involved) --------------------------------
