@@ -7,16 +7,22 @@ import pytest
 
 from nbdist.config import CellOptions
 from nbdist.errors import UsageError
-from nbdist.notebook.magics import _cell_options, _distributed_parser, _nbdist_parser, _parse
+from nbdist.notebook.arguments import parse as _parse
+from nbdist.notebook.magics import (
+    _cell_options,
+    _distributed_parser,
+    _explicit_profile,
+    _nbdist_parser,
+)
 
 
 def test_profile_alone_with_steps_and_before_a_script():
     assert _parse(_distributed_parser(), "--profile").profile is True
     assert _parse(_distributed_parser(), "--profile 7 --timeout 3").profile == 7
     assert _parse(_distributed_parser(), "").profile is False
-    run = _parse(_nbdist_parser(), "run --profile train.py --lr 3", script=True)
+    run = _parse(_nbdist_parser(), "run --profile train.py --lr 3", _explicit_profile)
     assert (run.profile, run.file, run.args) == (True, "train.py", ["--lr", "3"])
-    run = _parse(_nbdist_parser(), "run --profile 5 train.py", script=True)
+    run = _parse(_nbdist_parser(), "run --profile 5 train.py", _explicit_profile)
     assert (run.profile, run.file) == (5, "train.py")
 
 

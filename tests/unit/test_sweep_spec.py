@@ -8,7 +8,8 @@ import math
 import pytest
 
 from nbdist.errors import UsageError
-from nbdist.notebook.magics import _distributed_parser, _parse, _sweep_spec
+from nbdist.notebook.arguments import parse as _parse
+from nbdist.notebook.magics import _distributed_parser, _sweep_spec
 from nbdist.notebook.sweeps.spec import Range, SweepSpec, label, median_rule, parse_sweep
 
 
