@@ -78,7 +78,6 @@ class Lab:
         return f"{self.url}{path}?token={self.token}"
 
 
-@contextmanager
 def notebook(cells: list[str], markdown: str | None = None) -> dict:
     """A notebook (nbformat 4, the python3 kernel) of these code cells, unrun, and a markdown
     cell after them if given."""
@@ -97,6 +96,7 @@ def notebook(cells: list[str], markdown: str | None = None) -> dict:
     }
 
 
+@contextmanager
 def running_lab(
     base: Path, root: Path, env: Mapping[str, str] | None = None, app: str = "lab"
 ) -> Iterator[Lab]:
