@@ -187,7 +187,10 @@ def test_sync_events_carry_the_drift(ranks, tmp_path, no_front_end):
 @pytest.mark.parametrize(
     "call, words",
     [
-        ("sync='gossip', sync_every=2", "sync must be one of ('ddp', 'local_sgd', 'diloco')"),
+        (
+            "sync='gosip', sync_every=2",
+            "sync must be one of ('ddp', 'local_sgd', 'diloco', 'gossip')",
+        ),
         ("sync='local_sgd'", "needs sync_every=H"),
         ("sync='local_sgd', sync_every=0", "sync_every must be a whole number >= 1"),
         ("sync='local_sgd', sync_every=2.0", "sync_every must be a whole number >= 1"),

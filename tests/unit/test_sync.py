@@ -29,7 +29,7 @@ def test_ddp_is_no_sync_plan_and_defaults_are_the_papers():
 @pytest.mark.parametrize(
     "mode, kw, words",
     [
-        ("zero", {}, "sync must be one of ('ddp', 'local_sgd', 'diloco'), not 'zero'"),
+        ("zero", {}, "sync must be one of ('ddp', 'local_sgd', 'diloco', 'gossip'), not 'zero'"),
         ("diloco", {"sync_every": None}, "sync='diloco' needs sync_every=H"),
         ("diloco", {"sync_every": 0}, "sync_every must be a whole number >= 1, not 0"),
         ("diloco", {"sync_every": True}, "sync_every must be a whole number >= 1, not True"),

@@ -54,6 +54,7 @@ def prepare(
     sync_warmup: int = 0,
     outer_lr: float | None = None,
     outer_momentum: float | None = None,
+    topology: str | None = None,
     mesh=None,
     plan: dict | None = None,
 ):
@@ -99,6 +100,13 @@ def prepare(
       Nesterov step (``outer_lr=0.7``, ``outer_momentum=0.9``) on the mean difference between
       the global and the local parameters. ``sync_warmup=N``: N synchronous steps first. For
       slow links, where DDP waits on every step; see ``nbdist.worker.train.sync``.
+    - ``sync="gossip"`` with ``sync_every=H`` (and ``opt``), ``topology="ring"`` (the default,
+      the only one so far): decentralised training (D-PSGD). After every H-th step each rank
+      replaces its parameters and floating buffers by the mean of itself and its two ring
+      neighbours (ranks r - 1 and r + 1; weights 1/3, or 1/2 with 2 ranks), sent point to point
+      with both exchanges overlapping: no all-reduce, no rank waits for any but its neighbours.
+      Ranks stay close, not equal. No ``compress``, mesh or pipeline with it; see
+      ``nbdist.worker.train.gossip``.
     - ``mesh=nbdist.mesh(dp=..., tp=...)``: data parallel over the mesh's ``dp`` dimension only
       (DDP, or FSDP2 with ``strategy="fsdp"``), and ``plan={"ff.up": ColwiseParallel(), ...}``
       applies torch's tensor-parallel plan over its ``tp`` dimension first (checked: a name
@@ -114,7 +122,7 @@ def prepare(
     local = sync_modes.check_options(
         sync, optimizer=optimizer, strategy=strategy, compress=compress, precision=precision,
         sync_every=sync_every, sync_warmup=sync_warmup, outer_lr=outer_lr,
-        outer_momentum=outer_momentum,
+        outer_momentum=outer_momentum, topology=topology, mesh=mesh, model=model,
     )  # fmt: skip
     on_mesh = layout.check(
         mesh, plan, model, strategy=strategy, sync=sync, compress=compress

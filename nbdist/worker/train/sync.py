@@ -1,4 +1,4 @@
-"""Local SGD and DiLoCo: ranks train on their own and agree every ``sync_every`` optimizer steps.
+"""Local SGD, DiLoCo, gossip: ranks train on their own, sync every ``sync_every`` optimizer steps.
 
 ``prepare(model, opt, sync="local_sgd" | "diloco", sync_every=H)`` (``training``) attaches a
 ``Synchronizer`` to the model and the optimizer; the training loop stays as it is, because the
@@ -28,6 +28,10 @@ syncs done, DiLoCo's global parameters and momentum) under ``STATE_KEY``, as ten
 values, and its ``load_state_dict`` restores it; ``nbdist.checkpoint`` saves each rank's own
 model and optimizer state for models and optimizers in these modes (``is_rank_local``), because
 between syncs they differ from rank 0's.
+
+``sync="gossip"`` (``topology="ring"``) works the same way, except that a sync mixes each rank
+with its ring neighbours only, point to point (``gossip.Ring``), so ranks do not end it equal,
+and measures the drift at every ``gossip.DRIFT_EVERY``-th sync only: see ``gossip``.
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ import torch.distributed as dist
 from ...errors import UsageError
 from .. import reporter
 from ..state import engine
+from . import gossip
 
 #: Values of ``sync``.
-SYNCS = ("ddp", "local_sgd", "diloco")
+SYNCS = ("ddp", "local_sgd", "diloco", "gossip")
 #: DiLoCo's outer optimizer defaults (the paper's).
 OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9
 #: Parameter elements sampled to measure drift.
@@ -68,6 +73,7 @@ class SyncOptions:
     outer_lr: float = OUTER_LR
     outer_momentum: float = OUTER_MOMENTUM
     wire: torch.dtype | None = None  # what a sync's all-reduce sends; None: the parameters' dtype
+    topology: str | None = None  # gossip's
 
 
 def _whole(name: str, value: Any, least: int) -> None:
@@ -93,6 +99,9 @@ def check_options(
     sync_warmup: int,
     outer_lr: float | None,
     outer_momentum: float | None,
+    topology: str | None = None,
+    mesh: Any = None,
+    model: Any = None,
 ) -> SyncOptions | None:
     """``prepare``'s ``sync=`` options as ``SyncOptions`` (None for ``"ddp"``), or a one-line
     ``UsageError`` naming the allowed values, before anything moves."""
@@ -102,11 +111,13 @@ def check_options(
         raise UsageError(
             f"outer_lr and outer_momentum are DiLoCo's: use sync='diloco', not {sync!r}"
         )
+    if sync != "gossip" and topology is not None:
+        raise UsageError(f"topology= is gossip's: use sync='gossip', not {sync!r}")
     if sync == "ddp":
         if sync_every is not None or sync_warmup != 0:
             raise UsageError(
-                "sync_every and sync_warmup apply to sync='local_sgd' or 'diloco' (sync='ddp' "
-                "synchronises every step)"
+                "sync_every and sync_warmup apply to sync='local_sgd' or 'diloco' or 'gossip' "
+                "(sync='ddp' synchronises every step)"
             )
         return None
     if sync_every is None:
@@ -123,6 +134,8 @@ def check_options(
         raise UsageError(f"sync={sync!r} needs the optimizer: prepare(model, opt, sync={sync!r})")
     if strategy != "ddp":
         raise UsageError(f"sync={sync!r} works with strategy='ddp' only, not {strategy!r}")
+    if sync == "gossip":
+        topology = gossip.check_options(topology, compress=compress, mesh=mesh, model=model)
     if compress == "powersgd":
         raise UsageError(
             f"sync={sync!r} sends parameters, not gradients: use compress='fp16' or 'bf16' (or "
@@ -134,11 +147,11 @@ def check_options(
             "and leave the ranks out of step: use precision='bf16'"
         )
     wire = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(compress or "")
-    return SyncOptions(sync, sync_every, sync_warmup, lr, mom, wire)
+    return SyncOptions(sync, sync_every, sync_warmup, lr, mom, wire, topology)
 
 
 class Synchronizer:
-    """Local SGD or DiLoCo for one DDP model and its optimizer (see the module's docstring)."""
+    """Local SGD, DiLoCo or gossip for one DDP model and its optimizer (see the module)."""
 
     def __init__(self, ddp: torch.nn.Module, optimizer: torch.optim.Optimizer, opts: SyncOptions,
                  reduce: Any) -> None:  # fmt: skip
@@ -152,6 +165,7 @@ class Synchronizer:
         self.syncs = 0
         self.global_params: list[torch.Tensor] | None = None  # diloco, and compressed local_sgd
         self.momentum: list[torch.Tensor] | None = None  # diloco's outer momentum
+        self.ring = gossip.Ring(self.params + self.buffers) if opts.mode == "gossip" else None
         per = max(1, DRIFT_SAMPLE // max(1, len(self.params)))
         self.sample_at = [
             torch.linspace(0, p.numel() - 1, min(per, p.numel()), device=p.device).round().long()
@@ -237,11 +251,15 @@ class Synchronizer:
     # -- the synchronisation ------------------------------------------------------------------
     @torch.no_grad()
     def sync(self) -> None:
-        """Bring every rank to the same parameters (local SGD's mean, or DiLoCo's outer step)."""
+        """Bring every rank to the same parameters (local SGD's mean, or DiLoCo's outer step),
+        or gossip: each to the mean of itself and its neighbours."""
         t0 = time.perf_counter()
-        drift = self.drift()
+        measure = self.ring is None or gossip.measures_drift(self.syncs)
+        drift = self.drift() if measure else None
         t1 = time.perf_counter()
-        if self.global_params is None:  # uncompressed local SGD: torch's own utility
+        if self.ring is not None:  # parameters and buffers, point to point
+            self.ring.mix_()
+        elif self.global_params is None:  # uncompressed local SGD: torch's own utility
             from torch.distributed.algorithms.model_averaging.utils import average_parameters
 
             average_parameters(iter(self.params), None)
@@ -255,7 +273,8 @@ class Synchronizer:
                     g.sub_(d)
             for p, g in zip(self.params, self.global_params, strict=True):
                 p.copy_(g)
-        self.mean_(self.buffers)
+        if self.ring is None:
+            self.mean_(self.buffers)
         self.syncs += 1
         self.last_times = (t1 - t0, time.perf_counter() - t0)
         self.report(drift)
@@ -290,22 +309,26 @@ class Synchronizer:
         hi, neg_lo = both.split(v.numel())
         return float((hi + neg_lo).max())
 
-    def report(self, drift: float) -> None:
-        """Rank 0: a ``sync`` event, at most one per ``EVENT_INTERVAL`` (the rest folded in)."""
+    def report(self, drift: float | None) -> None:
+        """Rank 0: a ``sync`` event, at most one per ``EVENT_INTERVAL`` (the rest folded in);
+        ``drift`` None: not measured at this sync (gossip), folded into the next event."""
         if dist.get_rank() != 0:
             return
         n, worst = self.pending
-        n, worst = n + 1, max(worst, drift)
+        n, worst = n + 1, max(worst, drift or 0.0)
         now = time.monotonic()
-        if now - self.last_event < EVENT_INTERVAL:
+        if drift is None or now - self.last_event < EVENT_INTERVAL:
             self.pending = (n, worst)
             return
         self.pending, self.last_event = (0, 0.0), now
         sample_s, sync_s = self.last_times
+        tail = f" (largest of {n} syncs)" if n > 1 else ""
+        if self.ring is not None:
+            tail = f" (measured at every {gossip.DRIFT_EVERY}th sync)"
         reporter.event(
             "sync",
             f"{self.opts.mode} sync {self.syncs} after step {self.steps}: ranks drifted "
-            f"{worst:.3g} apart" + (f" (largest of {n} syncs)" if n > 1 else ""),
+            f"{worst:.3g} apart{tail}",
             step=self.steps,
             drift=worst,
             syncs=n,
@@ -341,7 +364,8 @@ def attach(ddp: torch.nn.Module, optimizer: torch.optim.Optimizer, opts: SyncOpt
 
 
 def is_rank_local(obj: Any) -> bool:
-    """True for a model or optimizer whose state differs between ranks (local SGD, DiLoCo)."""
+    """True for a model or optimizer whose state differs between ranks (local SGD, DiLoCo,
+    gossip)."""
     for model, plan in list(engine.training_plans.items()):
         s = getattr(plan, "sync", None)
         if s is not None and (obj is model or obj is s.optimizer):
