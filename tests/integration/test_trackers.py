@@ -13,6 +13,7 @@ import threading
 import time
 import zipfile
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from conftest import shutdown_kernel, start_kernel
@@ -336,6 +337,36 @@ def test_to_mlflow_wandb_and_comet_send_a_finished_run(tracked):
     for key, curve in _store_curves(run).items():
         _same(wb["curves"][key], curve, f"to_wandb {key}")
         _same(cm["curves"][key], curve, f"to_comet {key}")
+
+
+def test_checkpoints_go_to_a_tracker_only_when_asked(tracked):
+    k, root = tracked
+    k.ok(
+        "%%distributed --no-dashboard --name ckpt\n"
+        "import torch\n"
+        "net = torch.nn.Linear(3, 2)\n"
+        "for step in range(4):\n"
+        "    nbdist.checkpoint(step, every=2, model=net)\n",
+        timeout=120,
+    )
+    run = board_runs.runs(1)[0]
+    folder = Path(next(e["data"]["folder"] for e in run.events() if e["kind"] == "checkpoint"))
+    written = sorted(p.name for p in folder.iterdir() if p.is_file())
+    assert written, f"no checkpoint files in {folder}"
+    plain = k.ok("import nbdist\nprint(nbdist.runs()[0].to_mlflow())").stdout.strip()
+    asked = k.ok("print(nbdist.runs()[0].to_mlflow(checkpoints=True))").stdout.strip()
+    client = _mlflow(root)
+    assert client.list_artifacts(plain, "checkpoints") == []
+    uploaded = sorted(os.path.basename(f.path) for f in client.list_artifacts(asked, "checkpoints"))
+    assert uploaded == written
+    k.ok("nbdist.runs()[0].to_comet(checkpoints=True)")
+    (cm,) = [r for r in _comet_runs(root) if r["others"].get("Name") == "ckpt"]
+    names = {os.path.basename(a["additional_params"]["fileName"]) for a in cm.get("assets", [])}
+    assert set(written) <= names, f"Comet got {sorted(names)}, the folder has {written}"
+    k.ok("%%distributed --no-dashboard --name none\nx = 1")
+    res = k.run("nbdist.runs()[0].to_mlflow(checkpoints=True)")
+    assert res.error is not None and res.error["ename"] == "UsageError"
+    assert "wrote no checkpoint" in res.error["evalue"]
 
 
 # -- the fan-out, with stand-in sinks (no tracker library involved) --------------------------------

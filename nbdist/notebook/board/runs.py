@@ -84,25 +84,28 @@ class Run:
         return self.curve("loss")
 
     # -- to an experiment tracker, afterwards (see nbdist.notebook.trackers.export) ------------
-    def to_mlflow(self) -> str:
+    def to_mlflow(self, checkpoints: bool = False) -> str:
         """Send this finished run to MLflow (as ``MLFLOW_TRACKING_URI`` and MLflow's defaults
-        say); return the MLflow run's id."""
-        return self._send("mlflow")
+        say); return the MLflow run's id. ``checkpoints``: its checkpoint folder too, as
+        artifacts (only when asked: checkpoints are large, and private to you)."""
+        return self._send("mlflow", checkpoints)
 
-    def to_wandb(self) -> Any:
+    def to_wandb(self, checkpoints: bool = False) -> Any:
         """Send this finished run to Weights & Biases (``WANDB_PROJECT``, ``WANDB_MODE``...);
-        return the W&B run."""
-        return self._send("wandb")
+        return the W&B run. ``checkpoints``: its checkpoint folder too, as an artifact."""
+        return self._send("wandb", checkpoints)
 
-    def to_comet(self) -> Any:
+    def to_comet(self, checkpoints: bool = False) -> Any:
         """Send this finished run to Comet (its config; offline with
-        ``COMET_START_ONLINE=false``); return the Comet experiment."""
-        return self._send("comet")
+        ``COMET_START_ONLINE=false``); return the Comet experiment. ``checkpoints``: its
+        checkpoint folder too, as assets."""
+        return self._send("comet", checkpoints)
 
-    def _send(self, tracker: str) -> Any:
+    def _send(self, tracker: str, checkpoints: bool) -> Any:
         from ..trackers import export
 
-        return export.send(self.store.get_run(self.id) or self.record, self.store, tracker)
+        record = self.store.get_run(self.id) or self.record
+        return export.send(record, self.store, tracker, checkpoints=checkpoints)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(repr(self))

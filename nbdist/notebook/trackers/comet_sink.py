@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping
+from pathlib import Path
 
 from .sinks import Point, RunInfo
 
@@ -51,6 +52,9 @@ class CometSink:
             rows[p.step][p.key] = p.value
         for step in sorted(rows):
             self.exp.log_metrics(rows[step], step=step)
+
+    def upload(self, folder: Path) -> None:
+        self.exp.log_asset_folder(str(folder), log_file_name=True, recursive=True)
 
     def close(self, status: str, summary: Mapping[str, float], events: list[dict]) -> None:
         exp = self.exp

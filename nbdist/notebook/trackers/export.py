@@ -10,6 +10,7 @@ events themselves, the run's status and summary.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from ...errors import UsageError
@@ -22,12 +23,14 @@ from .sinks import Point
 _CHUNK = 5000  # points per call of the sink
 
 
-def send(record: dict, store: RunStore, tracker: str) -> Any:
+def send(record: dict, store: RunStore, tracker: str, checkpoints: bool = False) -> Any:
     """Send the kept run ``record`` to ``tracker``; return the tracker's own run (its id for
-    MLflow, the run object for W&B, the experiment for Comet)."""
+    MLflow, the run object for W&B, the experiment for Comet). ``checkpoints``: the run's
+    checkpoint folder too (its last checkpoint event names it), if it is on this machine."""
     (name,) = sinks.names(tracker)
     if record["status"] == "running":
         raise UsageError(f"run {record['id']} is still running: send it once it has ended")
+    folder = _checkpoints(store, record["id"]) if checkpoints else None
     sinks.check([name])
     rid, opts = record["id"], record.get("options") or {}
     info = run_info(record["name"], rid, opts, record.get("label") or "", record["started"])
@@ -37,9 +40,25 @@ def send(record: dict, store: RunStore, tracker: str) -> Any:
     points = _points(store, rid, t)
     for i in range(0, len(points), _CHUNK):
         sink.log(points[i : i + _CHUNK])
+    if folder is not None:
+        sink.upload(folder)
     summary = {k: float(record[k]) for k in ("step", "loss", "samples_per_s") if record.get(k)}
     sink.close(record["status"], summary, store.events(rid))
     return sink.handle
+
+
+def _checkpoints(store: RunStore, rid: int) -> Path:
+    """The folder the run's last checkpoint was written to, checked to be on this machine."""
+    written = [e for e in store.events(rid) if e["kind"] == "checkpoint"]
+    folder = (written[-1].get("data") or {}).get("folder") if written else None
+    if not folder:
+        raise UsageError(f"run {rid} wrote no checkpoint: send it without checkpoints=True")
+    if not Path(folder).is_dir():
+        raise UsageError(
+            f"run {rid}'s checkpoints were written to {folder} on its rank 0's host, which this "
+            "machine does not have: copy them here, or send the run without checkpoints=True"
+        )
+    return Path(folder)
 
 
 def _points(store: RunStore, rid: int, t: float) -> list[Point]:

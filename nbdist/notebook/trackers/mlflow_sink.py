@@ -15,6 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .sinks import Point, RunInfo
@@ -82,6 +83,9 @@ class MlflowSink:
         metrics = [Metric(key(p.key), p.value, int(p.time * 1000), p.step) for p in points]
         for i in range(0, len(metrics), _BATCH):
             self.client.log_batch(self.run_id, metrics=metrics[i : i + _BATCH])
+
+    def upload(self, folder: Path) -> None:
+        self.client.log_artifacts(self.run_id, str(folder), "checkpoints")
 
     def close(self, status: str, summary: Mapping[str, float], events: list[dict]) -> None:
         c, now = self.client, int(time.time() * 1000)

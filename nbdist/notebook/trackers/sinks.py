@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from ...errors import UsageError
@@ -66,6 +67,9 @@ class Sink(Protocol):
     def open(self, run: RunInfo) -> None: ...
 
     def log(self, points: list[Point]) -> None: ...
+
+    def upload(self, folder: Path) -> None:
+        """Store the files of ``folder`` (a run's checkpoints) with the tracker's run."""
 
     def close(self, status: str, summary: Mapping[str, float], events: list[dict]) -> None: ...
 

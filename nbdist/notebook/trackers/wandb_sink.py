@@ -12,6 +12,7 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Mapping
+from pathlib import Path
 
 from .sinks import Point, RunInfo
 
@@ -49,6 +50,11 @@ class WandbSink:
             rows[p.step][p.key] = p.value
         for step in sorted(rows):  # one row per step: W&B's own step only goes up
             self.run.log({STEP: step, **rows[step]})
+
+    def upload(self, folder: Path) -> None:
+        artifact = self.wandb.Artifact(f"checkpoints-{self.run.id}", type="model")
+        artifact.add_dir(str(folder))
+        self.run.log_artifact(artifact)
 
     def close(self, status: str, summary: Mapping[str, float], events: list[dict]) -> None:
         run = self.run

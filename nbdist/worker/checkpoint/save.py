@@ -198,7 +198,9 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
     buf = io.BytesIO()
     torch.save(payload, buf)
     files.write(folder, step, buf.getvalue())
-    reporter.event("checkpoint", f"checkpoint of step {step} written", step=step)
+    reporter.event(
+        "checkpoint", f"checkpoint of step {step} written", step=step, folder=str(folder)
+    )
     files.prune(folder, keep)
 
 

@@ -170,7 +170,8 @@ def save(step: int, folder_of: Callable[[], Path], keep: int, state: dict, recor
 
     _from_rank0(finish)  # every rank raises rank 0's failure to commit
     if rank == 0:
-        reporter.event("checkpoint", f"checkpoint of step {step} written", step=step)
+        written = f"checkpoint of step {step} written"
+        reporter.event("checkpoint", written, step=step, folder=str(folder))
         files.prune(folder, keep)
 
 
