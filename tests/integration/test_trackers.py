@@ -369,6 +369,23 @@ def test_checkpoints_go_to_a_tracker_only_when_asked(tracked):
     assert "wrote no checkpoint" in res.error["evalue"]
 
 
+def test_two_comet_runs_side_by_side_both_keep_their_points(tracked):
+    """Comet ends the process's running experiment when another starts; a sweep's trials run
+    side by side in one kernel, so the sink must keep both (here, in this process)."""
+    from nbdist.notebook.trackers import comet_sink
+
+    _, root = tracked
+    a, b = comet_sink.make(), comet_sink.make()
+    a.open(RunInfo("side-a", None))
+    b.open(RunInfo("side-b", None))
+    a.log([Point("loss/mean", 0, 1.0, time.time())])
+    b.log([Point("loss/mean", 0, 2.0, time.time())])
+    a.close("ok", {}, [])
+    b.close("ok", {}, [])
+    got = {r["others"].get("Name"): r["curves"] for r in _comet_runs(root)}
+    assert got["side-a"]["loss/mean"] == {0: 1.0} and got["side-b"]["loss/mean"] == {0: 2.0}
+
+
 # -- the fan-out, with stand-in sinks (no tracker library involved) --------------------------------
 
 

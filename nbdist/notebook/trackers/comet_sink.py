@@ -10,11 +10,14 @@ events as a text asset (``nbdist-events.jsonl``).
 from __future__ import annotations
 
 import json
+import threading
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
 from .sinks import Point, RunInfo
+
+_starting = threading.Lock()  # one Comet experiment starting at a time
 
 
 def make() -> CometSink:
@@ -24,6 +27,7 @@ def make() -> CometSink:
 class CometSink:
     def __init__(self) -> None:
         import comet_ml  # here: only on the sink's thread
+        import comet_ml.config
 
         self.comet = comet_ml
         self.exp = None
@@ -41,7 +45,11 @@ class CometSink:
         config = self.comet.ExperimentConfig(
             name=run.name, tags=tags, display_summary_level=0, auto_output_logging=False, **off
         )
-        self.exp = self.comet.start(mode="create", experiment_config=config)
+        # Comet ends the process's running experiment when it starts another; a sweep's trials
+        # run side by side in this kernel, so each starts with none running (under a lock).
+        with _starting:
+            self.comet.config.set_global_experiment(None)
+            self.exp = self.comet.start(mode="create", experiment_config=config)
         self.handle = self.exp
         self.exp.log_parameters(dict(run.params))
         self.exp.log_others({k: v for k, v in run.tags.items()})
