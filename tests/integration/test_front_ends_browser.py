@@ -111,12 +111,12 @@ def test_boards_in_notebook_7(notebook7):
         assert [charts.nth(i).get_attribute("data-metric") for i in range(2)] == ["loss", "acc"]
         assert board.locator("tbody tr").count() == 2
         page.wait_for_selector(".nbd-dashboard[data-status='ok']", timeout=120_000)
+        page.wait_for_function(DONE, arg=1)  # its output redrawn with the picture
         assert "100 / 100 steps" in board.inner_text()
         expect(board.locator("tbody .nbd-state")).to_have_text(["done", "done"])
         assert board.get_attribute("data-theme") == "true"  # the light theme
         board.scroll_into_view_if_needed()
         board.screenshot(path=str(shots / "notebook7-dashboard.png"))
-        page.wait_for_function(DONE, arg=1)
 
         _run(page, 2)
         page.wait_for_function(DONE, arg=2)
@@ -129,11 +129,12 @@ def test_boards_in_notebook_7(notebook7):
             " return b.dataset.status === 'running' && +b.dataset.points > 10; }"
         )
         page.wait_for_selector(".nbs-board[data-status='ok']", timeout=120_000)
+        # the cell's end redraws its output (the widget and now its picture): wait for that view
+        page.wait_for_function(DONE, arg=3)
         expect(sweep.locator("tbody .nbs-state")).to_have_text(["done", "done"])
         sweep.scroll_into_view_if_needed()  # a chart out of view waits to be drawn
         expect(sweep.locator(".nbdist-chart").first).to_have_attribute("data-lines", "2")
         sweep.screenshot(path=str(shots / "notebook7-sweep-board.png"))
-        page.wait_for_function(DONE, arg=3)
 
         _run(page, 4)  # the kernel heard from both boards' front ends
         page.wait_for_function(DONE, arg=4)
