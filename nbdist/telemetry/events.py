@@ -22,6 +22,9 @@ from typing import Any, NamedTuple
 VERSION = 1
 #: Prefix of the data-publication keys nbdist owns.
 KEY_PREFIX = "nbdist:"
+#: What a rank publishes when the loss of another does not stop it (``sync="async"``): the
+#: kernel lets such a cell end on the ranks still alive.
+GOES_ON_KEY = "nbdist-goes-on"
 
 #: A rank's state as the notebook classifies it: while its cell runs (``LIVE_STATES``), and once
 #: it has ended (done; failed: its own code raised; stopped: by a peer's failure, an interrupt or

@@ -113,6 +113,15 @@ def _execute(program: Program, want_value: bool) -> PackedValue | None:
     return portable(value) if want_value and value is not None else None
 
 
+def _async_ranks(when: str) -> None:
+    """A cell's start or end for ranks trained with ``sync="async"`` (they meet the global
+    model there: ``train.asynchronous``); nothing to import while nothing is prepared."""
+    if state.engine.training_plans:
+        from .train import asynchronous
+
+        getattr(asynchronous, when)()
+
+
 def run_cell(req: CellRequest) -> CellOutcome:
     """Run ``req.program`` here; say how it went (with the value of a cell's last expression when
     ``req.want_value``).
@@ -135,7 +144,9 @@ def run_cell(req: CellRequest) -> CellOutcome:
         bound = trials.begin(req.trial)
         if req.profile:
             profiler.start(req.profile)
+        _async_ranks("begin_cell")
         out = CellOutcome(kind="ok", at=time.time(), value=_execute(req.program, req.want_value))
+        _async_ranks("end_cell")
     except BaseException as exc:  # noqa: B036 - KeyboardInterrupt and SystemExit are outcomes too
         out = _failure(exc, req.program.filename)
         if out.kind != "ok":

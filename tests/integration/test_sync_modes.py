@@ -189,7 +189,7 @@ def test_sync_events_carry_the_drift(ranks, tmp_path, no_front_end):
     [
         (
             "sync='gosip', sync_every=2",
-            "sync must be one of ('ddp', 'local_sgd', 'diloco', 'gossip')",
+            "sync must be one of ('ddp', 'local_sgd', 'diloco', 'gossip', 'async')",
         ),
         ("sync='local_sgd'", "needs sync_every=H"),
         ("sync='local_sgd', sync_every=0", "sync_every must be a whole number >= 1"),
@@ -199,7 +199,7 @@ def test_sync_events_carry_the_drift(ranks, tmp_path, no_front_end):
         ("sync='diloco', sync_every=2, outer_momentum=1", "outer_momentum must be a number in"),
         ("sync='diloco', sync_every=2, outer_lr=float('nan')", "outer_lr must be a number"),
         ("sync='local_sgd', sync_every=2, outer_lr=0.5", "outer_lr and outer_momentum are Di"),
-        ("sync_every=4", "sync_every and sync_warmup apply to sync='local_sgd' or 'diloco'"),
+        ("sync_every=4", "sync_every and sync_warmup apply to sync='local_sgd', 'diloco'"),
         ("sync='local_sgd', sync_every=2, strategy='fsdp'", "works with strategy='ddp' only"),
         ("sync='diloco', sync_every=2, compress='powersgd'", "use compress='fp16' or 'bf16'"),
         ("sync='diloco', sync_every=2, precision='fp16'", "use precision='bf16'"),

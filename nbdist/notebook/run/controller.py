@@ -203,6 +203,8 @@ class RunController:
         rep, cluster = self.report, self.cluster
         clean = not rep.failures and not rep.interrupted
         note = self.note or cluster.repair(rep.lost, rep.group_broken, self.full)
+        if rep.went_on and not rep.failures:  # the cell outlived a lost rank: said, and mended
+            print(note)
         if self.policy.restarts_done and clean:
             note = f"nbdist: recovered {self.policy.restarts_done} time(s)"
         if clean:

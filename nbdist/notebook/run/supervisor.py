@@ -26,6 +26,7 @@ from ..cluster import fanout
 from ..cluster.ranks import Ranks
 from ..cluster.transfer import unpack
 from ..debug import stacks
+from . import survivors
 from .observers import RunObserver
 from .output import RankOutput
 
@@ -68,6 +69,7 @@ class CellReport:
     interrupted: bool = False
     group_broken: bool = False
     seconds: float = 0.0
+    went_on: dict[int, str] = field(default_factory=dict)  # lost ranks the cell outlived: why
 
 
 def attempt(
@@ -307,10 +309,12 @@ class CellRun:
             return True
         self._poll_once(self.report)
         now = time.monotonic()
-        if self._first_failure is None and any(
-            rk.outcome and not rk.outcome.ok for rk in self.ranks.values()
-        ):
-            self._first_failure = now
+        for r, rk in self.ranks.items():
+            if rk.outcome and not rk.outcome.ok and r not in self.report.went_on:
+                if self._first_failure is None and survivors.goes_on(r, self.ranks):
+                    self.report.went_on[r] = survivors.tell(rk, self.prefix, self.observers)
+                elif self._first_failure is None:
+                    self._first_failure = now
         if self._first_failure is not None and now - self._first_failure > self.opts.grace:
             self._stop_running(self.report, "stopping the ranks a failure left running")
         elif self._deadline is not None and now > self._deadline:
@@ -386,6 +390,8 @@ class CellRun:
                 )
             if out.kind in ("died", "hung"):
                 report.lost.append(rk.rank)
+                if rk.rank in report.went_on:  # told when it happened; not the cell's failure
+                    continue
             failure = RankFailure(rk.rank, out.summary, out.traceback, out.at, out.kind)
             report.failures.append(failure)
             self.cluster.failed[rk.rank] = (failure, rk.pid)

@@ -27,7 +27,10 @@ rank's random-number state (torch, numpy, random, and any ``torch.Generator`` pa
 restored to the rank it came from, so a resumed run draws the numbers an uninterrupted run would
 have drawn. Models and optimizers whose state differs between ranks (``sync="local_sgd"`` or
 ``"diloco"``: ``sync.is_rank_local``) are saved from every rank too, and each rank restores its
-own (rank 0's when the world size changed), so a resumed run continues exactly.
+own (rank 0's when the world size changed), so a resumed run continues exactly. Ranks trained
+with ``sync="async"`` wait for no other, at a checkpoint neither: each writes its own checkpoints
+(the global model among them) into a folder of its own beside the run's (``RUN.rankR``), which
+its host must see, and restores its own.
 """
 
 from __future__ import annotations
@@ -66,6 +69,26 @@ def _folder(dir: Folder, run: str | None) -> Path:
             print(note)
             reporter.event("fresh", note)  # every note says the run starts afresh
     return folder
+
+
+def _alone(state: dict) -> bool:
+    """Whether ``state`` trains with ``sync="async"``: then every rank checkpoints on its own."""
+    from ..train import sync
+
+    return any(sync.is_asynchronous(_unwrap(v)) or sync.is_asynchronous(v) for v in state.values())
+
+
+def _meet_async() -> None:
+    from ..train import asynchronous
+
+    asynchronous.meet()
+
+
+def _named(run: str | None, alone: bool) -> str | None:
+    """The run's folder name; each async rank has one of its own beside it (``NAME.rankR``)."""
+    if not alone:
+        return run
+    return f"{engine.run_key if run is None else run}.rank{context.current().rank}"
 
 
 def _rng_state() -> dict:
@@ -181,10 +204,13 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
     if statedicts.is_sharded(rest):  # every rank writes its own shards
         sharded.save(step, lambda: _folder(dir, run), keep, rest, record)
         return
-    rngs = _gather(record)
-    own = _own_states(rest)
-    if context.current().rank != 0:
-        return
+    alone = _alone(rest)
+    if alone:  # async ranks wait for no other: each writes its own, into its own folder
+        rngs, own = [record], None
+    else:
+        rngs, own = _gather(record), _own_states(rest)
+        if context.current().rank != 0:
+            return
     payload = {
         "format": files.FORMAT,
         "step": step,
@@ -194,7 +220,7 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
     }
     if own is not None:
         payload["ranks"] = own
-    folder = _folder(dir, run)
+    folder = _folder(dir, _named(run, alone))
     buf = io.BytesIO()
     torch.save(payload, buf)
     files.write(folder, step, buf.getvalue())
@@ -251,9 +277,10 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
         _saved_form(rest)
     payload = None
     skipped: list[str] = []
-    if info.rank == 0:  # the folder must take the checkpoints to come: say so before training
-        payload, skipped = files.load_latest(_folder(dir, run))
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    alone = _alone(rest)
+    if info.rank == 0 or alone:  # the folder must take the checkpoints to come: say so now
+        payload, skipped = files.load_latest(_folder(dir, _named(run, alone)))
+    if not alone and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         box = [payload]
         dist.broadcast_object_list(box, src=0)
         payload = box[0]
@@ -261,6 +288,8 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
         print(f"nbdist.restore: skipped checkpoint {note}")
     if payload is None:
         engine.restored = {}
+        if alone:
+            _meet_async()
         return 0
     if payload["format"] == "dcp":  # every rank reads its own part
         mine, engine.restored = sharded.load(payload, rest, gens)
@@ -273,7 +302,7 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
         )
     saved = payload["state"]
     rngs = payload["rng"]
-    mine = rngs[info.rank] if len(rngs) == info.world_size else None
+    mine = rngs[0] if alone else rngs[info.rank] if len(rngs) == info.world_size else None
     missing = sorted(set(rest) - set(saved))
     missing += sorted(set(gens) - set(mine["generators"] if mine else ()))
     if missing:
@@ -291,6 +320,8 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
     engine.restored = {
         k: v for k, v in saved.items() if not hasattr(_unwrap(rest.get(k)), "load_state_dict")
     }
+    if alone:
+        _meet_async()
     return _resumed(payload["step"], mine, gens, info.rank)
 
 

@@ -55,6 +55,7 @@ def prepare(
     outer_lr: float | None = None,
     outer_momentum: float | None = None,
     topology: str | None = None,
+    max_staleness: int | None = None,
     mesh=None,
     plan: dict | None = None,
 ):
@@ -107,6 +108,12 @@ def prepare(
       with both exchanges overlapping: no all-reduce, no rank waits for any but its neighbours.
       Ranks stay close, not equal. No ``compress``, mesh or pipeline with it; see
       ``nbdist.worker.train.gossip``.
+    - ``sync="async"`` with ``sync_every=H`` (and ``opt``): asynchronous training; no rank ever
+      waits for another. After every H-th step a rank sends its change to a global model (a
+      parameter service on rank 0's host) on a thread of its own and, when the reply comes,
+      takes the global model back keeping what it learnt meanwhile. ``max_staleness=S``
+      (default 4 x world size): a change staler than S updates is dropped. A rank that dies
+      leaves the others training. See ``nbdist.worker.train.asynchronous``.
     - ``mesh=nbdist.mesh(dp=..., tp=...)``: data parallel over the mesh's ``dp`` dimension only
       (DDP, or FSDP2 with ``strategy="fsdp"``), and ``plan={"ff.up": ColwiseParallel(), ...}``
       applies torch's tensor-parallel plan over its ``tp`` dimension first (checked: a name
@@ -123,6 +130,7 @@ def prepare(
         sync, optimizer=optimizer, strategy=strategy, compress=compress, precision=precision,
         sync_every=sync_every, sync_warmup=sync_warmup, outer_lr=outer_lr,
         outer_momentum=outer_momentum, topology=topology, mesh=mesh, model=model,
+        max_staleness=max_staleness,
     )  # fmt: skip
     on_mesh = layout.check(
         mesh, plan, model, strategy=strategy, sync=sync, compress=compress

@@ -49,10 +49,10 @@ import torch.distributed as dist
 from ...errors import UsageError
 from .. import reporter
 from ..state import engine
-from . import gossip
+from . import asynchronous, gossip
 
 #: Values of ``sync``.
-SYNCS = ("ddp", "local_sgd", "diloco", "gossip")
+SYNCS = ("ddp", "local_sgd", "diloco", "gossip", "async")
 #: DiLoCo's outer optimizer defaults (the paper's).
 OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9
 #: Parameter elements sampled to measure drift.
@@ -74,6 +74,7 @@ class SyncOptions:
     outer_momentum: float = OUTER_MOMENTUM
     wire: torch.dtype | None = None  # what a sync's all-reduce sends; None: the parameters' dtype
     topology: str | None = None  # gossip's
+    max_staleness: int | None = None  # async's (None: its default)
 
 
 def _whole(name: str, value: Any, least: int) -> None:
@@ -102,6 +103,7 @@ def check_options(
     topology: str | None = None,
     mesh: Any = None,
     model: Any = None,
+    max_staleness: int | None = None,
 ) -> SyncOptions | None:
     """``prepare``'s ``sync=`` options as ``SyncOptions`` (None for ``"ddp"``), or a one-line
     ``UsageError`` naming the allowed values, before anything moves."""
@@ -113,11 +115,12 @@ def check_options(
         )
     if sync != "gossip" and topology is not None:
         raise UsageError(f"topology= is gossip's: use sync='gossip', not {sync!r}")
+    asynchronous.check_options(max_staleness, sync=sync, compress=compress, mesh=mesh, model=model)
     if sync == "ddp":
         if sync_every is not None or sync_warmup != 0:
             raise UsageError(
-                "sync_every and sync_warmup apply to sync='local_sgd' or 'diloco' or 'gossip' "
-                "(sync='ddp' synchronises every step)"
+                "sync_every and sync_warmup apply to sync='local_sgd', 'diloco', 'gossip' or "
+                "'async' (sync='ddp' synchronises every step)"
             )
         return None
     if sync_every is None:
@@ -147,7 +150,7 @@ def check_options(
             "and leave the ranks out of step: use precision='bf16'"
         )
     wire = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(compress or "")
-    return SyncOptions(sync, sync_every, sync_warmup, lr, mom, wire, topology)
+    return SyncOptions(sync, sync_every, sync_warmup, lr, mom, wire, topology, max_staleness)
 
 
 class Synchronizer:
@@ -166,6 +169,7 @@ class Synchronizer:
         self.global_params: list[torch.Tensor] | None = None  # diloco, and compressed local_sgd
         self.momentum: list[torch.Tensor] | None = None  # diloco's outer momentum
         self.ring = gossip.Ring(self.params + self.buffers) if opts.mode == "gossip" else None
+        self.exchange = None  # async's: made last, once nothing here can fail
         per = max(1, DRIFT_SAMPLE // max(1, len(self.params)))
         self.sample_at = [
             torch.linspace(0, p.numel() - 1, min(per, p.numel()), device=p.device).round().long()
@@ -181,6 +185,10 @@ class Synchronizer:
             optimizer.register_load_state_dict_pre_hook(self.take_state),
         ]
         ddp.register_comm_hook(None, self.comm_hook)
+        if opts.mode == "async":
+            self.exchange = asynchronous.Exchange(
+                self.params + self.buffers, opts.every, opts.max_staleness
+            )
 
     @property
     def synchronous(self) -> bool:
@@ -191,6 +199,8 @@ class Synchronizer:
         """Stop driving the optimizer (a later ``prepare`` of the same optimizer replaces us)."""
         for h in self.handles:
             h.remove()
+        if self.exchange is not None:
+            self.exchange.close()
 
     # -- hooks --------------------------------------------------------------------------------
     def comm_hook(self, state, bucket):  # DDP's hook signature; no annotations (DDP checks them)
@@ -215,7 +225,9 @@ class Synchronizer:
         """Count the step; synchronise after every ``every``-th step past the warm-up."""
         self.steps += 1
         local = self.steps - self.opts.warmup
-        if local > 0 and local % self.opts.every == 0:
+        if self.exchange is not None:
+            self.exchange.after_step(local)
+        elif local > 0 and local % self.opts.every == 0:
             self.sync()
 
     def add_state(self, optimizer, state_dict: dict) -> dict:
@@ -226,6 +238,7 @@ class Synchronizer:
             "syncs": self.syncs,
             "global": self.global_params,
             "momentum": self.momentum,
+            "async": None if self.exchange is None else self.exchange.state(),
         }
         return state_dict
 
@@ -246,6 +259,8 @@ class Synchronizer:
             return [t.to(p.device, p.dtype) for t, p in zip(ts, self.params, strict=True)]
 
         self.global_params, self.momentum = here(ours["global"]), here(ours["momentum"])
+        if self.exchange is not None and ours.get("async") is not None:
+            self.exchange.load(ours["async"])
         return state_dict
 
     # -- the synchronisation ------------------------------------------------------------------
@@ -363,11 +378,22 @@ def attach(ddp: torch.nn.Module, optimizer: torch.optim.Optimizer, opts: SyncOpt
     return Synchronizer(ddp, optimizer, opts, reduce)
 
 
-def is_rank_local(obj: Any) -> bool:
-    """True for a model or optimizer whose state differs between ranks (local SGD, DiLoCo,
-    gossip)."""
+def _owner(obj: Any) -> Synchronizer | None:
     for model, plan in list(engine.training_plans.items()):
         s = getattr(plan, "sync", None)
         if s is not None and (obj is model or obj is s.optimizer):
-            return True
-    return False
+            return s
+    return None
+
+
+def is_rank_local(obj: Any) -> bool:
+    """True for a model or optimizer whose state differs between ranks (local SGD, DiLoCo,
+    gossip, async)."""
+    return _owner(obj) is not None
+
+
+def is_asynchronous(obj: Any) -> bool:
+    """True for a model or optimizer trained with ``sync="async"``: its checkpoints are each
+    rank's own, written without waiting for the others."""
+    s = _owner(obj)
+    return s is not None and s.exchange is not None
