@@ -11,6 +11,8 @@ fresh engine for the next. The service itself: ``tests/unit/test_param_service.p
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -171,6 +173,25 @@ for step in nbdist.steps(20, every=5, dir=DIR, run="async", model=model, opt=opt
             assert ran[0] == 10 and ran[-1] == 19
             assert version == newest[0] and torch.equal(glob, newest[1])
         assert sorted(p.name for p in tmp_path.iterdir()) == ["async.rank0", "async.rank1"]
+
+    def test_a_service_gone_is_one_line_not_a_broken_engine(self, ranks, capsys):
+        c, services = ranks
+        c.run("model, opt, losses, _ = train(10, sync='async', sync_every=2)")
+        pid = _service_pid(c)
+        services.append(pid)
+        os.kill(pid, signal.SIGKILL)
+        assert_gone([pid])
+        capsys.readouterr()
+        msg = c.run(
+            "x, y = batches(1, 0)\nF.mse_loss(model(x[0]), y[0]).backward()\n"
+            "try:\n    opt.step(); opt.step()\n    msg = None\n"
+            "except nbdist.UsageError as e:\n    msg = str(e)\nmsg"
+        )
+        said = capsys.readouterr()
+        assert "parameter service cannot be reached" in said.out + said.err  # at the cell's start
+        assert msg is not None and "prepare the model and its optimizer again" in msg, msg
+        assert "\n" not in msg
+        assert c.run("1 + 1") == 2  # the engines work on
 
     @pytest.mark.parametrize(
         "call, words",

@@ -163,6 +163,7 @@ class Exchange:
         self.counts = {"applied": 0, "dropped": 0, "skipped": 0}
         self.staleness = (0, 0)  # the last applied change's, the largest so far
         self.last_event = -float("inf")
+        self.gone: str | None = None  # why the service cannot be reached, once it cannot
         _announce()
 
     # -- the flat model ---------------------------------------------------------------------
@@ -187,6 +188,8 @@ class Exchange:
     def after_step(self, local_steps: int) -> None:
         """After every optimizer step past the warm-up: take a reply that arrived; every
         ``every``-th, send this rank's change unless one is still on its way."""
+        if self.gone is not None:
+            raise UsageError(self.gone)
         if self.flight is not None and not self.flight.is_alive():
             self._land()
         if local_steps <= 0 or local_steps % self.every:
@@ -219,8 +222,8 @@ class Exchange:
         self.flight.join()
         self.flight = None
         if self.error is not None:
-            exc, self.error = self.error, None
-            raise RuntimeError(f"sync='async': the parameter service is gone ({exc})") from None
+            self.lose(self.error)
+            raise UsageError(self.gone) from None
         reply, self.reply = self.reply, None
         outcome = reply.rank
         if outcome == service.APPLIED:
@@ -273,6 +276,14 @@ class Exchange:
         return json.loads(bytes(self.link.ask(service.Frame(service.STATS)).payload))
 
     # -- the kernel's view ------------------------------------------------------------------
+    def lose(self, exc: BaseException) -> None:
+        """The service cannot be reached (``exc``): this exchange is done for."""
+        self.error, self.flight = None, None
+        self.gone = (
+            f"sync='async': the parameter service cannot be reached ({type(exc).__name__}: "
+            f"{exc}): prepare the model and its optimizer again"
+        )
+
     def begin_cell(self) -> None:
         """A cell starts: take the latest global model, and tell the kernel that this rank
         trains on if another dies."""
@@ -307,19 +318,30 @@ def _exchanges() -> list[Exchange]:
 
     plans = list(engine.training_plans.values())
     syncs = [getattr(p, "sync", None) for p in plans]
-    return [s.exchange for s in syncs if getattr(s, "exchange", None) is not None]
+    found = [getattr(s, "exchange", None) for s in syncs]
+    return [e for e in found if e is not None and e.gone is None]
+
+
+def _each(step: str) -> None:
+    """``step`` of every live exchange; one whose service is gone says so in one line and is
+    left out from now on (its next ``opt.step()`` says so again)."""
+    for exchange in _exchanges():
+        try:
+            getattr(exchange, step)()
+        except (OSError, UsageError) as exc:
+            if exchange.gone is None:
+                exchange.lose(exc)
+            print(f"nbdist: {exchange.gone}", file=sys.stderr, flush=True)
 
 
 def begin_cell() -> None:
     """A cell starts: every async rank takes the latest global model."""
-    for exchange in _exchanges():
-        exchange.begin_cell()
+    _each("begin_cell")
 
 
 def end_cell() -> None:
     """A cell ends: every async rank sends what it has not sent and takes the global model."""
-    for exchange in _exchanges():
-        exchange.settle()
+    _each("settle")
 
 
 def meet() -> None:
