@@ -229,7 +229,7 @@ RECOVER = f"""
 import os, threading
 net = make_net()
 inner = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)  # per-rank momentum
-model, opt = nbdist.prepare(net, inner, sync="diloco", sync_every=4, sync_warmup=1)
+model, opt = nbdist.prepare(net, inner, sync=MODE, sync_every=4, sync_warmup=1)
 x, y = batches({STEPS}, nbdist.rank())
 for step in nbdist.steps({STEPS}, every={EVERY}, dir=DIR, model=model, opt=opt):
     if KILL and nbdist.rank() == 1 and step == {KILL_AT} and not os.path.exists(KILL):
@@ -242,8 +242,9 @@ flat(model)
 """
 
 
-def test_diloco_recovers_from_a_killed_rank_exactly(ranks, tmp_path):
-    ranks.run(f"DIR, KILL = {str(tmp_path / 'ref')!r}, None")
+@pytest.mark.parametrize("mode", ["diloco", "gossip"])
+def test_recovers_from_a_killed_rank_exactly(ranks, tmp_path, mode):
+    ranks.run(f"DIR, KILL, MODE = {str(tmp_path / 'ref')!r}, None, {mode!r}")
     expected = ranks.run(RECOVER)
     kill = tmp_path / "rank1-waits"
     ranks.run(f"DIR, KILL = {str(tmp_path / 'run')!r}, {str(kill)!r}")
