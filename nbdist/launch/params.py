@@ -10,7 +10,8 @@ answers, one request at a time per connection, any number of connections:
 - ``INIT``: the first model it holds (later ones are ignored: the ranks start equal);
 - ``PUSH``: a rank's parameter change since the global version it last took (``version``).
   Staleness is the number of updates applied since that version. At most ``max_staleness``: the
-  change, divided by the world size, is added to the model and the version goes up by one. A
+  change, divided by the number of ranks (less those whose connection closed: a rank that died
+  no longer shares the steps), is added to the model and the version goes up by one. A
   staler change is dropped (counted). A ``seq`` a rank has pushed before is never applied again;
   the reply says which of the three happened (``APPLIED``, ``DROPPED``, ``REPEATED``) and
   carries the model as it now is;
@@ -97,7 +98,8 @@ class Model:
     """The global model and its counters; every method holds the lock."""
 
     def __init__(self, world: int, max_staleness: int):
-        self.scale = 1.0 / world
+        self.world = world
+        self.left: set[int] = set()  # ranks whose connection closed: dead, or done
         self.max_staleness = max_staleness
         self.flat: np.ndarray | None = None
         self.version = 0
@@ -121,13 +123,19 @@ class Model:
                 outcome = DROPPED
             else:
                 delta = np.frombuffer(payload, dtype=self.flat.dtype)
-                self.flat += delta * self.flat.dtype.type(self.scale)
+                scale = 1.0 / max(1, self.world - len(self.left))
+                self.flat += delta * self.flat.dtype.type(scale)
                 self.version += 1
                 self.staleness_max = max(self.staleness_max, staleness)
                 outcome = APPLIED
             self.last_seq[rank] = max(seq, self.last_seq.get(rank, -1))
             self.counts[("dropped", "applied", "repeated")[outcome]] += 1
             return outcome, staleness, self.flat.tobytes()
+
+    def leave(self, rank: int) -> None:
+        """``rank``'s connection closed: its changes no longer share the model's steps."""
+        with self.lock:
+            self.left.add(rank)
 
     def seed(self, version: int, payload: memoryview) -> bool:
         with self.lock:
@@ -144,7 +152,8 @@ class Model:
 
     def stats(self) -> bytes:
         with self.lock:
-            out = dict(self.counts, version=self.version, staleness_max=self.staleness_max)
+            out = dict(self.counts, version=self.version, staleness_max=self.staleness_max,
+                       ranks=self.world - len(self.left))  # fmt: skip
             return json.dumps(out).encode()
 
 
@@ -156,6 +165,13 @@ def _serve(conn: socket.socket, model: Model, key: bytes) -> None:
         return
     conn.settimeout(None)
     send(conn, Frame(REPLY, version=model.version))
+    try:
+        _requests(conn, model)
+    finally:
+        model.leave(hello.rank)
+
+
+def _requests(conn: socket.socket, model: Model) -> None:
     while True:
         f = receive(conn)
         if f.kind == INIT:

@@ -69,6 +69,8 @@ def test_whole_harness_runs_tiny():
         "report() every step + dashboard / silent",
         "silent %%distributed / torchrun, same loop",
         'loopback: compress="fp16" / ddp, s to 0%',
+        "loopback: gossip H=4 / ddp, s to 0%",
+        "loopback: async H=4 / ddp, s to 0%",
         "pipeline 4x32 MLP, 2 stages: params+grads+Adam held per rank / one process",
         "throughput, batch 8: pipeline 1f1b 2 ranks / DDP 2 ranks",
         "1f1b M=4: idle share (measured) / bubble (S-1)/(M+S-1)",

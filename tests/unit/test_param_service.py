@@ -63,6 +63,20 @@ def test_each_change_is_applied_once_and_only_once(running):
     assert stats["applied"] == 2 and stats["repeated"] == 1 and stats["staleness_max"] == 1
 
 
+def test_a_rank_whose_connection_closed_no_longer_shares_the_steps(running):
+    _, port, key = running
+    a, b = Link("127.0.0.1", port, key, 0), Link("127.0.0.1", port, key, 1)
+    _model(a, np.zeros(2, np.float32))
+    _push(a, 1, 0, np.ones(2, np.float32))  # two ranks: half of it
+    b.close()  # rank 1 died: rank 0 trains on alone, its changes taken whole
+    deadline = time.monotonic() + 10
+    while json.loads(bytes(a.ask(service.Frame(service.STATS)).payload))["ranks"] != 1:
+        assert time.monotonic() < deadline, "the service did not see rank 1 leave"
+        time.sleep(0.02)  # polling interval, with a deadline
+    assert _push(a, 2, 1, np.ones(2, np.float32)).rank == service.APPLIED
+    assert np.array_equal(_pull(a)[1], np.full(2, 1.5, np.float32))
+
+
 def test_a_change_staler_than_the_bound_is_dropped(running):
     _, port, key = running
     a = Link("127.0.0.1", port, key, 0)

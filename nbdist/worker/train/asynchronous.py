@@ -11,11 +11,12 @@ host, in a process of its own so that it outlives any rank). Every H optimizer s
 2. at the first optimizer step after the reply arrived, takes the global model back, keeping
    what it learnt since it sent: ``local = global + (local - base)``, ``base = global``.
 
-The service adds each change once (``seq`` numbers make a repeat harmless), divided by the world
-size, and counts staleness: the updates applied between the version a change started from and
-its own. A change staler than ``max_staleness`` (default ``4 x world size``) is dropped, and
-its rank simply takes the global model back. Each rank reports a ``sync`` event now and then: its
-changes applied, dropped and skipped, and the largest staleness so far.
+The service adds each change once (``seq`` numbers make a repeat harmless), divided by the number
+of ranks (a rank that died stops counting), and counts staleness: the updates applied between
+the version a change started from and its own. A change staler than ``max_staleness`` (default
+``4 x world size``) is dropped, and its rank simply takes the global model back. Each rank
+reports a ``sync`` event now and then: its changes applied, dropped and skipped, and the largest
+staleness so far.
 
 Between cells every rank holds the global model: at a cell's end each rank sends what it has not
 sent (waiting for the service only), and at the next cell's start each takes the latest global
