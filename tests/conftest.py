@@ -286,3 +286,33 @@ def full_disk(tmp_path):
     finally:
         if subprocess.run(["umount", str(where)], capture_output=True).returncode:
             subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+#: A small regression task for tests of how ranks sync, run on every rank: ``make_net()`` the same
+#: small MLP on every rank, ``batches(steps, rank)`` each rank's own batches of 8 samples, one
+#: per step, of ``y = sum(x) + noise``.
+REGRESSION = """
+import torch, torch.nn as nn, torch.nn.functional as F
+
+def make_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+def batches(steps, rank, b=8):
+    g = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(steps, b, 8, generator=g)
+    return x, x.sum(-1, keepdim=True) + 0.1 * torch.randn(steps, b, 1, generator=g)
+"""
+
+
+def cluster_with(n: int, source: str):
+    """A real cluster of ``n`` engines with ``source`` run on every rank (a generator, for a
+    fixture: yields it, then stops it and checks that its engines are gone)."""
+    import nbdist
+
+    c = nbdist.start(n=n)
+    pids = [p.pid for p in c.engines.processes()]
+    c.run(source)
+    yield c
+    c.stop()
+    assert_gone(pids)

@@ -17,7 +17,7 @@ import time
 
 import pytest
 import torch
-from conftest import assert_gone
+from conftest import REGRESSION, assert_gone, cluster_with
 
 from nbdist.config import CellOptions
 from nbdist.notebook.run import monitor
@@ -25,19 +25,11 @@ from nbdist.telemetry.store import RunStore
 
 # Defined on every rank: a small regression task, one batch per step and rank; each rank's
 # parameters gathered; the rank's side of async (the ``Exchange``) of a prepared optimizer.
-HELPERS = """
+HELPERS = (
+    REGRESSION
+    + """
 import os, signal, time
-import torch, torch.nn as nn, torch.nn.functional as F
 import torch.distributed as dist
-
-def make_net():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-
-def batches(steps, rank, b=8):
-    g = torch.Generator().manual_seed(100 + rank)
-    x = torch.randn(steps, b, 8, generator=g)
-    return x, x.sum(-1, keepdim=True) + 0.1 * torch.randn(steps, b, 1, generator=g)
 
 WORK = torch.randn(300, 300)
 
@@ -69,17 +61,11 @@ def train(steps, slow=(), die=None, **options):
         losses.append(loss.item())
     return model, opt, losses, time.perf_counter() - t0
 """
+)
 
 
 def _cluster(n: int):
-    import nbdist
-
-    c = nbdist.start(n=n)
-    pids = [p.pid for p in c.engines.processes()]
-    c.run(HELPERS)
-    yield c
-    c.stop()
-    assert_gone(pids)
+    return cluster_with(n, HELPERS)
 
 
 def _service_pid(ranks) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_gone
+from conftest import REGRESSION, cluster_with
 
 from nbdist.config import CellOptions
 from nbdist.notebook.run import monitor
@@ -22,18 +22,14 @@ from nbdist.worker.train.gossip import DRIFT_EVERY
 
 # Defined on every rank: a small regression task with a BatchNorm (floating buffers are mixed
 # too), one batch per step and rank, and each rank's parameters and buffers gathered.
-HELPERS = """
-import torch, torch.nn as nn, torch.nn.functional as F
+HELPERS = (
+    REGRESSION
+    + """
 import torch.distributed as dist
 
 def make_net():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1))
-
-def batches(steps, rank, b=8):
-    g = torch.Generator().manual_seed(100 + rank)
-    x = torch.randn(steps, b, 8, generator=g)
-    return x, x.sum(-1, keepdim=True) + 0.1 * torch.randn(steps, b, 1, generator=g)
 
 def tensors(model):
     return [*model.parameters(), *(b for b in model.buffers() if b.dtype.is_floating_point)]
@@ -57,6 +53,7 @@ def train(steps, **options):
         losses.append(loss.item())
     return losses, everyone(model)
 """
+)
 
 # On the ranks: every rank's own random parameters and buffers, then one optimizer step with no
 # gradients (SGD leaves them as they are), after which the sync mixes them.
@@ -75,15 +72,7 @@ before, everyone(model)
 
 
 def _cluster(n: int):
-    """A real cluster of ``n`` engines with the helpers defined, stopped afterwards."""
-    import nbdist
-
-    c = nbdist.start(n=n)
-    pids = [p.pid for p in c.engines.processes()]
-    c.run(HELPERS)
-    yield c
-    c.stop()
-    assert_gone(pids)
+    return cluster_with(n, HELPERS)
 
 
 def expected_mix(before: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_gone, kill_when
+from conftest import REGRESSION, assert_gone, kill_when
 
 from nbdist.config import CellOptions
 from nbdist.notebook.run import monitor
@@ -20,21 +20,14 @@ from nbdist.telemetry.store import RunStore
 WORLD, LR = 2, 0.05
 
 # Defined on every rank and here: a small regression task, one batch per step and rank.
-HELPERS = """
-import torch, torch.nn as nn, torch.nn.functional as F
-
-def make_net():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-
-def batches(steps, rank, b=8):
-    g = torch.Generator().manual_seed(100 + rank)
-    x = torch.randn(steps, b, 8, generator=g)
-    return x, x.sum(-1, keepdim=True) + 0.1 * torch.randn(steps, b, 1, generator=g)
+HELPERS = (
+    REGRESSION
+    + """
 
 def flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 """
+)
 
 # On the ranks: train with ``prepare(**options)``, and after every step record whether all
 # ranks hold the same bits. Returns (equal after each step, rank 0's parameters).
