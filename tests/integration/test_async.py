@@ -179,6 +179,16 @@ for step in nbdist.steps(20, every=5, dir=DIR, run="async", model=model, opt=opt
         assert "\n" not in msg
         assert c.run("1 + 1") == 2  # the engines work on
 
+    def test_a_pipeline_stage_is_one_line(self, ranks):
+        c, _ = ranks
+        msg = c.run(
+            "pipe = nbdist.pipeline(make_net(), split=['2'], microbatches=2, loss_fn=F.mse_loss)\n"
+            "try:\n    nbdist.prepare(pipe.stage, torch.optim.SGD(pipe.stage.parameters(), "
+            "lr=0.1), sync='async', sync_every=2)\n    msg = None\n"
+            "except nbdist.UsageError as e:\n    msg = str(e)\nmsg"
+        )
+        assert msg is not None and "a pipeline's stage is part of one" in msg and "\n" not in msg
+
     @pytest.mark.parametrize(
         "call, words",
         [
