@@ -179,6 +179,26 @@ for step in nbdist.steps(20, every=5, dir=DIR, run="async", model=model, opt=opt
         assert "\n" not in msg
         assert c.run("1 + 1") == 2  # the engines work on
 
+    def test_a_service_that_cannot_start_is_one_line_on_every_rank(self, ranks):
+        """Rank 0's start fails (injected: the service's process cannot be spawned); no rank
+        hangs in the broadcast of its address, each says why in one line."""
+        c, _ = ranks
+        src = (
+            "from nbdist.worker.train import asynchronous\n"
+            "real = asynchronous.start_service\n"
+            "def refused(*a):\n    raise OSError('no python there')\n"
+            "asynchronous.start_service = refused\n"
+            "try:\n    train(2, sync='async', sync_every=1)\n    msg = None\n"
+            "except nbdist.UsageError as e:\n    msg = str(e)\n"
+            "finally:\n    asynchronous.start_service = real\n"
+        )
+        c.run(src)
+        for r in (0, 1):
+            msg = c.run("msg", CellOptions(ranks=(r,)))
+            assert msg is not None and "could not start the parameter service" in msg, msg
+            assert "\n" not in msg
+        assert "no python there" in c.run("msg")  # rank 0 names the cause
+
     def test_a_pipeline_stage_is_one_line(self, ranks):
         c, _ = ranks
         msg = c.run(

@@ -140,19 +140,27 @@ class Exchange:
         self.process = None
         address = torch.zeros(2 + service.KEY_BYTES, dtype=torch.uint8)
         host = context.current().master_addr
-        if self.rank == 0:
-            self.process, port, key = start_service(host, world, self.max_staleness)
-            address[:2] = torch.tensor([port >> 8, port & 255], dtype=torch.uint8)
-            address[2:] = torch.frombuffer(bytearray(key), dtype=torch.uint8)
-            self.link = Link(host, port, key, self.rank)
-            self.link.ask(service.Frame(service.INIT, extra=base.element_size(),
-                                        payload=base.numpy()))  # fmt: skip
-        device = context.current().device
-        moved = address.to(device)
+        failed = None
+        if self.rank == 0:  # a failure is told to every rank (port 0), not left to hang them
+            try:
+                self.process, port, key = start_service(host, world, self.max_staleness)
+                self.link = Link(host, port, key, self.rank)
+                self.link.ask(service.Frame(service.INIT, extra=base.element_size(),
+                                            payload=base.numpy()))  # fmt: skip
+                address[:2] = torch.tensor([port >> 8, port & 255], dtype=torch.uint8)
+                address[2:] = torch.frombuffer(bytearray(key), dtype=torch.uint8)
+            except (OSError, RuntimeError) as exc:
+                failed = f"{type(exc).__name__}: {exc}"
+        moved = address.to(context.current().device)
         dist.broadcast(moved, src=0)  # the one collective: every rank learns where it is
         address = moved.cpu()
+        port = int(address[0]) << 8 | int(address[1])
+        if port == 0:
+            raise UsageError(
+                f"sync='async': rank 0 could not start the parameter service on {host} "
+                f"({failed or 'see rank 0'}): is python -m nbdist.launch.params runnable there?"
+            )
         if self.rank != 0:
-            port = int(address[0]) << 8 | int(address[1])
             self.link = Link(host, port, bytes(address[2:].tolist()), self.rank)
         self.base = base  # the global model this rank last took, as its change starts from it
         self.version = 0  # ...and that model's version
