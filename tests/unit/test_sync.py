@@ -26,10 +26,20 @@ def test_ddp_is_no_sync_plan_and_defaults_are_the_papers():
     assert check(compress="fp16", sync_warmup=5).wire == torch.float16
 
 
+def test_async_keeps_its_staleness_bound_and_defaults_it_later():
+    assert check("async", max_staleness=3).max_staleness == 3
+    assert check("async").max_staleness is None  # 4 x the world size, once it is known
+    assert check("diloco").max_staleness is None
+
+
 @pytest.mark.parametrize(
     "mode, kw, words",
     [
-        ("zero", {}, "sync must be one of ('ddp', 'local_sgd', 'diloco', 'gossip'), not 'zero'"),
+        ("zero", {}, "sync must be one of ('ddp', 'local_sgd', 'diloco', 'gossip', 'async'), not"),
+        ("async", {"max_staleness": -1}, "max_staleness must be a whole number >= 0, not -1"),
+        ("async", {"max_staleness": 2.5}, "max_staleness must be a whole number >= 0, not 2.5"),
+        ("async", {"compress": "bf16"}, "drop compress='bf16'"),
+        ("local_sgd", {"max_staleness": 3}, "max_staleness= is sync='async''s"),
         ("diloco", {"sync_every": None}, "sync='diloco' needs sync_every=H"),
         ("diloco", {"sync_every": 0}, "sync_every must be a whole number >= 1, not 0"),
         ("diloco", {"sync_every": True}, "sync_every must be a whole number >= 1, not True"),
