@@ -15,6 +15,7 @@ import os
 import signal
 import time
 
+import psutil
 import pytest
 import torch
 from conftest import REGRESSION, assert_gone, cluster_with
@@ -259,3 +260,21 @@ class TestAKilledRank:
         assert c.run("import torch.distributed as dist\ndist.get_world_size()") == 3
         c.stop()
         assert_gone([service])
+
+
+def test_rank_0_may_die_too(capsys):
+    """The parameter service is a process of its own: rank 0's engine dies, the service and the
+    others train on; the cell's value (rank 0's) is None, said in one line."""
+    for c in cluster_with(3, HELPERS):
+        service = None
+        value = c.run("model, opt, losses, _ = train(200, die=0, sync='async', sync_every=2)\n1")
+        said = capsys.readouterr().out
+        assert value is None
+        assert "nbdist: rank 0 lost: engine process killed" in said, said
+        done = [c.run("len(losses), exchange(opt).counts", CellOptions(ranks=(r,))) for r in (1, 2)]
+        assert all(n == 200 and counts["applied"] > 10 for n, counts in done), done
+        port = c.run("exchange(opt).link.sock.getpeername()[1]", CellOptions(ranks=(1,)))
+        listening = [k for k in psutil.net_connections("tcp") if k.status == psutil.CONN_LISTEN]
+        service = next(k.pid for k in listening if k.laddr.port == port)
+        assert "nbdist.launch.params" in " ".join(psutil.Process(service).cmdline())
+    assert_gone([service])  # it left with the last of its clients, its starter long dead
