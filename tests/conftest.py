@@ -307,12 +307,15 @@ def batches(steps, rank, b=8):
 
 def cluster_with(n: int, source: str):
     """A real cluster of ``n`` engines with ``source`` run on every rank (a generator, for a
-    fixture: yields it, then stops it and checks that its engines are gone)."""
+    fixture or ``contextlib.closing``: yields it, then stops it and checks that its engines are
+    gone)."""
     import nbdist
 
     c = nbdist.start(n=n)
     pids = [p.pid for p in c.engines.processes()]
-    c.run(source)
-    yield c
-    c.stop()
-    assert_gone(pids)
+    try:
+        c.run(source)
+        yield c
+    finally:  # also when the generator is closed early (a test that failed)
+        c.stop()
+        assert_gone(pids)

@@ -11,6 +11,7 @@ fresh engine for the next. The service itself: ``tests/unit/test_param_service.p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -265,8 +266,9 @@ class TestAKilledRank:
 def test_rank_0_may_die_too(capsys):
     """The parameter service is a process of its own: rank 0's engine dies, the service and the
     others train on; the cell's value (rank 0's) is None, said in one line."""
-    for c in cluster_with(3, HELPERS):
-        service = None
+    ranks = cluster_with(3, HELPERS)
+    with contextlib.closing(ranks):  # stopped however the test ends
+        c = next(ranks)
         value = c.run("model, opt, losses, _ = train(200, die=0, sync='async', sync_every=2)\n1")
         said = capsys.readouterr().out
         assert value is None
