@@ -75,7 +75,7 @@ def _alone(state: dict) -> bool:
     """Whether ``state`` trains with ``sync="async"``: then every rank checkpoints on its own."""
     from ..train import sync
 
-    return any(sync.is_asynchronous(_unwrap(v)) or sync.is_asynchronous(v) for v in state.values())
+    return any(sync.is_asynchronous(v) for v in state.values())
 
 
 def _meet_async() -> None:
