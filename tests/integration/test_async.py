@@ -255,7 +255,9 @@ class TestAKilledRank:
         assert time.monotonic() - t0 < 120
         service = _service_pid(c)
         counts = [c.run("exchange(opt).counts", CellOptions(ranks=(r,))) for r in (0, 2)]
-        assert all(n["applied"] > 20 for n in counts)  # both trained on, sending changes
+        # both trained on to the end, syncing every 2 steps: each of their 100 syncs sent its
+        # change or, one still on its way, skipped it (most do, on a tiny model on 2 cores)
+        assert all(100 <= sum(n.values()) <= 101 and n["applied"] >= 5 for n in counts), counts
         after = {s.rank: s.pid for s in c.slots}
         assert after[1] != before[1] and after[0] == before[0]  # a fresh engine for rank 1
         assert c.run("import torch.distributed as dist\ndist.get_world_size()") == 3
@@ -274,7 +276,10 @@ def test_rank_0_may_die_too(capsys):
         assert value is None
         assert "nbdist: rank 0 lost: engine process killed" in said, said
         done = [c.run("len(losses), exchange(opt).counts", CellOptions(ranks=(r,))) for r in (1, 2)]
-        assert all(n == 200 and counts["applied"] > 10 for n, counts in done), done
+        assert all(
+            n == 200 and 100 <= sum(counts.values()) <= 101 and counts["applied"] >= 5
+            for n, counts in done
+        ), done
         port = c.run("exchange(opt).link.sock.getpeername()[1]", CellOptions(ranks=(1,)))
         listening = [k for k in psutil.net_connections("tcp") if k.status == psutil.CONN_LISTEN]
         service = next(k.pid for k in listening if k.laddr.port == port)
