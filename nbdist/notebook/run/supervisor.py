@@ -174,8 +174,7 @@ class CellRun:
             self._wake.set()
 
     def _gone(self, slot) -> str:
-        """Why the engine of ``slot`` cannot take the cell (it exited, or the controller
-        dropped it), or "" when it can."""
+        """Why the engine of ``slot`` can't take the cell (exited, dropped), or "" if it can."""
         ex = self.cluster.drain_exits().get(slot.pid)
         if ex is not None:
             return f"engine process {ex.describe()} (pid {ex.pid}) before the cell"
@@ -225,6 +224,9 @@ class CellRun:
             rk.outcome = rk.ar.get(0)
         except Exception as exc:  # the engine went away under the call
             rk.outcome = _lost("died", f"engine lost: {type(exc).__name__}: {exc}")
+            # given up by the controller, a frozen process still holds its peers' links: killed,
+            # they fail at once (not after grace and stop_wait)
+            self.cluster.engines.signal([rk.pid], sig=9)
 
     def _running(self) -> list[RankRun]:
         return [rk for rk in self.ranks.values() if rk.outcome is None]
@@ -237,8 +239,7 @@ class CellRun:
                 rk.outcome = _lost("died", f"engine process {ex.describe()} (pid {ex.pid})")
 
     def _stop_running(self, report: CellReport, why: str) -> None:
-        """Show where the ranks still running are, interrupt them; kill those that will not
-        stop."""
+        """Show where the ranks still running are, interrupt them; kill those that won't stop."""
         running = self._running()
         if not running:
             return
