@@ -10,11 +10,14 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import background
 import numpy as np
 import psutil
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
 #: Jupyter server fixtures (jp_fetch, jp_serverapp) for the server and sidebar tests.
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -146,6 +149,30 @@ def no_stray_processes():
         for p in strays():
             p.kill()
         raise AssertionError(f"processes left behind by the tests: {left}") from None
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m deselected what they do not want
+def pytest_collection_modifyitems(session, config, items):
+    """Tests that declare ``BESIDE = [command...]`` in their module (the benchmarks' smoke run)
+    go last, and their command starts now, beside the suite at a small CPU weight
+    (``tests/background.py``): by the time the test runs it has used the cores the other tests
+    left idle, and the test only collects its outcome. Without such a cgroup here, the test
+    runs its command itself, in turn."""
+    beside = [item for item in items if getattr(item.module, "BESIDE", None)]
+    for item in beside:
+        items.remove(item)
+        items.append(item)
+        if item.module.__name__ not in background.RUNNING:
+            started = background.start(item.module.BESIDE, ROOT, item.module.__name__)
+            if started is not None:
+                background.RUNNING[item.module.__name__] = started
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A command started beside the suite whose test never ran (deselected by ``-x``, ``-k``
+    after collection, an interrupt) is killed with everything it started."""
+    for started in background.RUNNING.values():
+        started.kill()
 
 
 @pytest.fixture(scope="module")

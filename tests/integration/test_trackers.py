@@ -390,13 +390,17 @@ def test_two_comet_runs_side_by_side_both_keep_their_points(tracked):
 
 
 class _Slow:
+    """A tracker that takes its time while ``busy`` is set (a slow server), then none."""
+
     handle = None
+    busy = threading.Event()
 
     def open(self, run):
         pass
 
     def log(self, points):
-        time.sleep(0.2)
+        while self.busy.is_set():
+            time.sleep(0.05)
 
     def close(self, status, summary, events):
         pass
@@ -408,6 +412,7 @@ class _Raises(_Slow):
 
 
 def test_a_slow_or_failing_sink_never_blocks_the_kernel():
+    _Slow.busy.set()
     fan = Fanout({"slow": _Slow, "bad": _Raises}, RunInfo("x", 1))
     t0 = time.perf_counter()
     for i in range(sinks.QUEUE_LIMIT * 3):
@@ -417,6 +422,7 @@ def test_a_slow_or_failing_sink_never_blocks_the_kernel():
     assert warned == [
         "nbdist: warning: slow: is falling behind: some updates are dropped; training goes on."
     ]
+    _Slow.busy.clear()  # the server answers again: what is queued drains, and the run ends
     fan.close("ok", {}, [])
     bad = [w for w in fan.take_warnings() if "bad" in w]
     assert bad == [
