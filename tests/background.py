@@ -5,7 +5,7 @@ time. A CPU-bound job beside them at equal weight would slow the tests that time
 a cgroup of its own with a small CPU weight (cgroup v2 ``cpu.weight``, v1 ``cpu.shares``) it
 yields the cores whenever a test wants them and uses them when none does. That needs root and a
 cpu controller; where either is missing, ``start`` returns None and the caller runs the command
-in the foreground.
+in turn (``in_turn``).
 
 Every process the command starts stays in the cgroup, whatever sessions it makes, so ``kill``
 reaches them all by PID, and a census (every 0.2 s) records them for the caller to check that
@@ -55,13 +55,15 @@ def _cgroup(name: str) -> Path | None:
 
 
 class Background:
-    """One command running in its own low-weight cgroup; ``seen``: every process it started."""
+    """One command running, in its own low-weight cgroup or (``cgroup`` None) at full weight;
+    ``seen``: every process it started."""
 
-    def __init__(self, cmd: list[str], cwd: Path, cgroup: Path) -> None:
-        self.cgroup = cgroup
+    def __init__(self, cmd: list[str], cwd: Path, cgroup: Path | None) -> None:
+        self.cmd, self.cgroup = cmd, cgroup
         joined = 'echo $$ > "$0" && exec "$@"'  # in the cgroup before the command starts
+        into = ["sh", "-c", joined, str(cgroup / "cgroup.procs")] if cgroup else []
         self.proc = subprocess.Popen(
-            ["sh", "-c", joined, str(cgroup / "cgroup.procs"), *cmd],
+            into + cmd,
             cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -93,15 +95,18 @@ class Background:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(
-                f"{self.proc.args[4:]} still running after {timeout:.0f} s"
-            ) from None
+            raise AssertionError(f"{self.cmd} still running after {timeout:.0f} s") from None
         for t in self._readers:
             t.join(10)
         return self.proc.returncode, self._out[0], self._out[1]
 
     def kill(self) -> None:
-        """Kill every process still in the cgroup (all ours), and the cgroup once empty."""
+        """Kill every process still in the cgroup (all ours), and the cgroup once empty; with
+        no cgroup, the command's own process."""
+        if self.cgroup is None:
+            self.proc.kill()
+            self.proc.wait()
+            return
         deadline = time.monotonic() + 10
         while True:
             with contextlib.suppress(OSError):
@@ -124,3 +129,8 @@ def start(cmd: list[str], cwd: Path, name: str) -> Background | None:
     """Start ``cmd`` at a small CPU weight, or None where no cgroup can give it one."""
     cg = _cgroup(f"nbdist-tests-{name}-{os.getpid()}")
     return Background(cmd, cwd, cg) if cg is not None else None
+
+
+def in_turn(cmd: list[str], cwd: Path) -> Background:
+    """Start ``cmd`` now at full weight (where ``start`` could not run it beside the suite)."""
+    return Background(cmd, cwd, None)

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import background
-import psutil
 import pytest
 from conftest import assert_gone
 
@@ -17,27 +14,6 @@ from benchmarks import Result, table
 from benchmarks.__main__ import _as_result
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _in_turn() -> tuple[int, str, str, dict[int, psutil.Process]]:
-    """``BESIDE`` run here and now (where no cgroup lets it run beside the suite)."""
-    proc = subprocess.Popen(
-        BESIDE, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    seen: dict[int, psutil.Process] = {}
-    deadline = time.monotonic() + 560
-    while proc.poll() is None:  # note every process it starts, to check they all end
-        try:
-            seen.update((p.pid, p) for p in psutil.Process(proc.pid).children(recursive=True))
-        except psutil.NoSuchProcess:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            raise AssertionError("the tiny benchmark run took over 560 s")
-        time.sleep(0.2)  # sampling interval of the process census, not a synchronisation
-    out, err = proc.communicate()
-    return proc.returncode, out, err, seen
 
 
 def test_table_shows_ratio_and_target():
@@ -69,13 +45,10 @@ BESIDE = [sys.executable, "-m", "benchmarks", "--tiny", "--jobs", "2"]
 def test_whole_harness_runs_tiny():
     """``python -m benchmarks --tiny``: every benchmark runs, the table has every row, and no
     process it started (kernels, engines, torchrun workers) outlives it."""
-    beside = background.RUNNING.pop(__name__, None)
+    # started with the suite, or (no cgroup for that here) now
+    run = background.RUNNING.pop(__name__, None) or background.in_turn(BESIDE, ROOT)
     try:
-        if beside is not None:  # started with the suite: collect it
-            code, out, err = beside.wait(560)
-            seen = beside.seen
-        else:
-            code, out, err, seen = _in_turn()
+        code, out, err = run.wait(560)
         assert code == 0, f"{out}\n{err[-3000:]}"
         for row in (
             "start: %nbdist start -n 2 / ipyparallel + hand-made group",
@@ -101,10 +74,9 @@ def test_whole_harness_runs_tiny():
             ratio = float(line.split("|")[5])
             assert ratio > 0, line
         assert "TINY" in out
-        assert len(seen) >= 4, (
+        assert len(run.seen) >= 4, (
             "the harness should have started kernels, engines and torchrun workers"
         )
-        assert_gone(list(seen.values()), timeout=20)
+        assert_gone(list(run.seen.values()), timeout=20)
     finally:
-        if beside is not None:
-            beside.kill()  # (what is left in its cgroup, after the check above, and the cgroup)
+        run.kill()  # what is left after the check above (nothing, if it passed), and its cgroup
