@@ -169,8 +169,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """A command started beside the suite whose test never ran (deselected by ``-x``, ``-k``
-    after collection, an interrupt) is killed with everything it started."""
+    """A command started beside the suite whose test never ran (the run stopped early: ``-x``,
+    an interrupt) is killed with everything it started."""
     for started in background.RUNNING.values():
         started.kill()
 

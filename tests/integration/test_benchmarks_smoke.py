@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import background
 import pytest
-from conftest import assert_gone
+from conftest import ROOT, assert_gone
 
 from benchmarks import Result, table
 from benchmarks.__main__ import _as_result
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_table_shows_ratio_and_target():
