@@ -114,6 +114,9 @@ class ClusterConfig:
     pin_cores: bool = True
     """Pin each CPU rank to its own share of its host's cores (``worker.host``), when the
     host's ranks fit its cores; False leaves the placement of threads to the OS."""
+    shared_memory: bool = True
+    """DDP models on CPU all-reduce their gradients through shared memory where every rank
+    shares a host (``worker.collectives``); False leaves them on gloo's TCP, as torchrun does."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise numpy integers and the like to int
@@ -129,6 +132,7 @@ class ClusterConfig:
         flag(self.allow_mixed, "allow_mixed")
         flag(self.oversubscribe, "oversubscribe")
         flag(self.pin_cores, "pin_cores")
+        flag(self.shared_memory, "shared_memory")
         if self.remote is not None and not isinstance(self.remote, RemoteConfig):
             raise UsageError(f"remote must be a RemoteConfig, not {type(self.remote).__name__}")
         if self.remote is None:

@@ -20,6 +20,7 @@ _BYSTANDER_MARKS = (
     "NCCL communicator was aborted",
     "Broken pipe",
     "nbdist: interrupted",
+    "all-reduce through shared memory stopped",  # worker.collectives.shared_memory.Aborted
 )
 
 

@@ -39,6 +39,8 @@ def _nbdist_parser() -> Parser:
     s.add_argument("--oversubscribe", action="store_true", default=None, help=over)
     pin = "leave threads where the OS puts them (default: each CPU rank on its own cores)"
     s.add_argument("--no-pin", dest="pin_cores", action="store_false", default=None, help=pin)
+    shm = "DDP on CPU all-reduces over gloo's TCP (default: through shared memory on one host)"
+    s.add_argument("--no-shm", dest="shared_memory", action="store_false", default=None, help=shm)
     s.add_argument("--backend", choices=["gloo", "nccl"], default=None)
     # engines on other hosts (see notebook.cluster.hosts and notebook.cluster.engines.remote)
     s.add_argument("--hosts", default=None, help="engines over ssh: user@gpu1:4,user@gpu2:4")
@@ -275,6 +277,7 @@ class NbdistMagics(Magics):
                 env_check=args.env_check,
                 oversubscribe=args.oversubscribe,
                 pin_cores=args.pin_cores,
+                shared_memory=args.shared_memory,
                 partition=args.partition,
                 time=args.time,
                 gpus_per_node=args.gpus_per_node,

@@ -33,16 +33,19 @@ from . import state
 
 
 # -- an engine's life ----------------------------------------------------------------------------
-def setup(threads: int, pin_cores: bool = True) -> Inventory:
+def setup(threads: int, pin_cores: bool = True, shared_memory: bool = True) -> Inventory:
     """First contact with a fresh engine: give it ``threads`` intra-op threads (pinned to its
     share of the host's cores at each group formation, with ``pin_cores``), load torch, make
-    ``nbdist`` a name in its namespace, and describe it (host, pid, GPUs, versions)."""
+    ``nbdist`` a name in its namespace, and describe it (host, pid, GPUs, versions).
+    ``shared_memory``: DDP models on CPU all-reduce through shared memory where their ranks
+    share a host (``collectives.group``)."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(threads)
     import torch
 
     from .._version import __version__
     from . import console, host, rendezvous, script
+    from .collectives import group
     from .debug import stacks
 
     torch.set_num_threads(threads)
@@ -54,6 +57,8 @@ def setup(threads: int, pin_cores: bool = True) -> Inventory:
     stacks.install()  # every thread's stack on a signal, even in C code
     state.namespace()["nbdist"] = sys.modules["nbdist"]  # cells say nbdist.rank() unimported
     rendezvous.install_idempotent_init()
+    state.engine.shared_memory = shared_memory
+    group.install()
     # The engine's own 200,000 objects (IPython, ipyparallel, torch) live as long as it does:
     # frozen out of the cyclic collector, a full collection in a cell walks only the cell's own
     # objects (0.24 s before, on the development VM; a torchrun worker's 0.12 s).

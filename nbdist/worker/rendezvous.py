@@ -15,7 +15,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -23,6 +25,8 @@ import torch.distributed as dist
 from ..protocol import RankInfo
 from . import context, host
 from .state import engine
+
+T = TypeVar("T")
 
 
 def serve_store(addr: str, own: bool = False) -> int:
@@ -119,6 +123,7 @@ def _release() -> None:
     c10d = dist.distributed_c10d
     world = c10d._world
     engine.retired_groups.extend(world.pg_map)
+    engine.local_group = None
     c10d._update_default_pg(None)
     for registry in (
         world.pg_map,
@@ -147,6 +152,9 @@ def abort() -> None:
         return
     groups = list(dist.distributed_c10d._world.pg_map)  # the formation's groups (WORLD, new)
     fds = {conn[0] for conn in engine.group_sockets}
+    if engine.local_group is not None:  # ranks waiting in its shared memory stop at once
+        engine.local_group.abort(f"rank {dist.get_rank()} left the group")
+        engine.local_group = None
     _shut_group_sockets()
     try:
         dist.distributed_c10d._abort_process_group()
@@ -254,14 +262,25 @@ def _init(backend: str | None, timeout: timedelta | None = None, **kwargs) -> No
     store = dist.PrefixStore(f"nbdist/{ri.attempt}/{engine.formations}", client)
     if timeout is not None:
         kwargs["timeout"] = timeout
+    engine.local_group = None
+    tracked(
+        _original_init,
+        backend=backend or ri.backend, store=store, rank=ri.rank, world_size=ri.world_size,
+        **kwargs,
+    )  # fmt: skip
+
+
+def tracked(make: Callable[..., T], *args, **kwargs) -> T:
+    """``make(*args, **kwargs)``, a group or the default group's formation: the connections it
+    opens are the group's, shut with it on ``abort``."""
+    ri = context.current()
     before = _tcp()
-    _original_init(
-        backend=backend or ri.backend, store=store, rank=ri.rank, world_size=ri.world_size, **kwargs
-    )
+    made = make(*args, **kwargs)
     # the store's connections are not the group's: a store this engine serves (rank 0's, or a
     # sweep trial's) takes clients of other groups, which must never be shut with this one
     store_ep = (ri.master_addr, ri.master_port)
     engine.group_sockets.update(c for c in _tcp() - before if store_ep not in (c[1], c[2]))
+    return made
 
 
 @functools.wraps(_original_init)

@@ -43,6 +43,11 @@ class Engine:
     pin_cores: bool = False
     """Whether a CPU rank is pinned to its share of the host's cores at each formation
     (``host.pin``; set by ``api.setup``)."""
+    shared_memory: bool = False
+    """Whether DDP models on CPU all-reduce through shared memory where every rank shares this
+    host (``collectives.group``; set by ``api.setup``)."""
+    local_group: Any = None
+    """This formation's ``collectives.group.LocalGroup``, made by its first DDP model on CPU."""
     retired_groups: list = field(default_factory=list)
     """Groups the user's code destroyed, kept alive until the next formation (see
     ``rendezvous._deferred_destroy``: freeing one too soon can deadlock the engine)."""

@@ -245,13 +245,13 @@ def test_engine_code_never_imports_kernel_code_and_the_floor_neither_side():
 #: Each side's rooms and their floors: a room imports only rooms on a lower floor (or itself).
 #: The kernel: the magics over what a person calls (data, sweeps, housekeeping), over the
 #: session, over a cell's run, over the cluster and the boards. The engines: the door (``api``,
-#: ``runner``) over the job folders, over the mesh they lay models on, over the engine's own
-#: ground (its state, rank context...).
+#: ``runner``) over the job folders, over the mesh they lay models on and the collectives DDP
+#: goes through, over the engine's own ground (its state, rank context...).
 ROOMS = {
     "notebook": {"magics": 6, "data": 5, "sweeps": 5, "housekeeping": 5, "session": 4, "run": 3,
                  "debug": 2, "cluster": 1, "board": 1, "trackers": 0, "arguments": 0},
     "worker": {"api": 5, "runner": 4, "checkpoint": 3, "train": 2, "pipeline": 2,
-               "integrations": 2, "debug": 2, "mesh": 1, "ground": 0},
+               "integrations": 2, "debug": 2, "mesh": 1, "collectives": 1, "ground": 0},
 }  # fmt: skip
 
 

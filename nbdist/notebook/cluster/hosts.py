@@ -14,6 +14,7 @@ A cluster file (TOML; YAML too where PyYAML is installed) holds what ``--hosts``
     allow_mixed = false                       # ranks without a GPU beside ranks with one
     oversubscribe = false                     # more than 4 engines per CPU of a host
     pin_cores = true                          # each CPU rank on its own share of its cores
+    shared_memory = true                      # DDP on CPU all-reduces through shared memory
     partition = "gpu"                         # slurm: --partition, --time, --gpus-per-node
     time = "1:00:00"
     gpus_per_node = 4
@@ -68,6 +69,7 @@ FILE_KEYS = {
     "launcher_options",
     "oversubscribe",
     "pin_cores",
+    "shared_memory",
     "partition",
     "time",
     "gpus_per_node",

@@ -77,6 +77,7 @@ class Ranks:
             api.setup,
             self.cfg.threads,
             self.cfg.pin_cores,
+            self.cfg.shared_memory,
             timeout=self.cfg.start_timeout,
         )
         got.check("setting up the engines", noun="engine")

@@ -1,0 +1,190 @@
+"""The group DDP models on CPU all-reduce through: gloo, with all-reduce through shared memory
+when every rank of the group runs on this host (``shared_memory``).
+
+A DDP model made with no ``process_group`` on an engine whose ranks all share one host (a local
+cluster, or one remote host) gets this group in place of the default one, made once per formation
+by the first such model (a collective: every rank makes its model at the same point). It is a
+``ProcessGroup`` whose all-reduce of a CPU tensor goes through shared memory and whose every other
+operation (broadcast, all-gather, barrier, ...) is gloo's, registered under it: so DDP's start
+(its broadcast of the weights, its check of their shapes) and everything it does beside its
+gradient all-reduce run as they would on gloo. The default group stays gloo: code that asks
+``dist.get_backend()``, frameworks, ``dist.all_reduce`` without a group, device meshes and
+nbdist's own collectives see exactly what they would under torchrun. ``--no-shm`` (config
+``shared_memory=False``) leaves DDP on the default group.
+
+Where a rank cannot map the segment (no room in ``/dev/shm``, another host, not x86-64 Linux)
+every rank agrees, through the group's store, to let gloo do all of it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import socket
+import tempfile
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future as _work_from_future
+from torch.distributed import ProcessGroupGloo
+
+from .. import rendezvous
+from ..state import engine
+from . import shared_memory
+
+#: The backend name of the group (``dist.get_backend(model.process_group)``).
+NAME = "nbdist_shm"
+_SLOT_MAX = 4 << 20  # bytes a rank moves a round
+_SEGMENT_MAX = 64 << 20  # bytes of a segment, whatever the ranks (a container's /dev/shm: 64 MiB)
+_DIRS = ("/dev/shm", tempfile.gettempdir())
+
+
+class LocalGroup(dist.ProcessGroup):
+    """gloo's group over ``store``, whose all-reduce of a CPU tensor goes through shared memory
+    (``exchange``; None where the ranks could not all map it)."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta):
+        super().__init__(rank, size)
+        self._gloo = ProcessGroupGloo(store, rank, size, timeout)
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+        self.exchange = _open(store, rank, size, timeout.total_seconds())
+
+    def allreduce(self, tensors: list[torch.Tensor], opts=None):  # the C++ group calls this
+        opts = opts if opts is not None else dist.AllreduceOptions()
+        fn = shared_memory.reducer(tensors[0], opts.reduceOp) if len(tensors) == 1 else None
+        if self.exchange is None or fn is None:
+            return self._gloo.allreduce(tensors, opts)
+        self.exchange.allreduce(tensors[0], fn)
+        done = torch.futures.Future()
+        done.set_result(tensors)
+        return _work_from_future(done)
+
+    def getBackendName(self) -> str:  # noqa: N802 (the C++ name)
+        return NAME
+
+    def abort(self, why: str) -> None:
+        """Stop every rank's shared-memory calls at once (gloo's part is shut with its sockets)."""
+        if self.exchange is not None:
+            self.exchange.abort(why)
+
+
+def _create(store, rank: int, size: int, timeout: timedelta) -> LocalGroup:
+    return LocalGroup(store, rank, size, timeout)
+
+
+def _slot(size: int) -> int:
+    return max(64 << 10, min(_SLOT_MAX, _SEGMENT_MAX // (2 * size)) // 64 * 64)
+
+
+def _identity() -> str:
+    """What ranks must share to share memory and see each other's processes."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}/{socket.gethostname()}"
+
+
+def _make(nbytes: int) -> tuple[int, str]:
+    """A new file of ``nbytes`` (its blocks allocated: a full tmpfs fails here, not with a
+    SIGBUS mid-step), readable by its owner alone; its descriptor and path."""
+    last: OSError | None = None
+    for folder in _DIRS:
+        try:
+            fd, path = tempfile.mkstemp(prefix="nbdist-shm-", dir=folder)
+        except OSError as e:
+            last = e
+            continue
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+            return fd, path
+        except OSError as e:
+            os.close(fd)
+            os.unlink(path)
+            last = e
+    raise last or OSError("no folder for shared memory")
+
+
+def _open(store, rank: int, size: int, timeout: float) -> shared_memory.Exchange | None:
+    """Map one segment on every rank, or on none: the ranks agree through ``store``."""
+    if size < 2:
+        return None
+    slot = _slot(size)
+    nbytes = shared_memory.segment_bytes(size, slot)
+    fd, path, mine = -1, "", "no"
+    try:
+        if not shared_memory.supported():
+            raise OSError("not x86-64 Linux")
+        if rank == 0:
+            fd, path = _make(nbytes)
+            store.set("shm/path", path)
+        else:
+            path = store.get("shm/path").decode()
+            fd = os.open(path, os.O_RDWR) if path else -1
+            st = os.fstat(fd) if fd >= 0 else None
+            if st is None or st.st_uid != os.getuid() or st.st_size != nbytes:
+                raise OSError(f"cannot use {path!r}")
+        mine = f"{_identity()} {os.getpid()}"
+    except OSError:
+        if rank == 0 and not path:
+            store.set("shm/path", "")
+    store.set(f"shm/ok/{rank}", mine)
+    said = [store.get(f"shm/ok/{k}").decode() for k in range(size)]
+    if rank == 0 and path:
+        os.unlink(path)  # every rank has it open (or gave up): nothing is left behind
+    try:
+        if "no" in said or len({s.split()[0] for s in said}) != 1:
+            return None
+        pids = [int(s.split()[1]) for s in said]
+        return shared_memory.Exchange(fd, rank, size, slot, pids, timeout)
+    finally:
+        if fd >= 0:
+            os.close(fd)  # the mapping stays
+
+
+def register() -> None:
+    """Make ``NAME`` a backend ``dist.new_group`` knows (once per process)."""
+    if NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(NAME, _create, devices=["cpu"])
+
+
+def for_model(module: torch.nn.Module) -> dist.ProcessGroup | None:
+    """The group a DDP model of ``module`` made with no group should use: this formation's
+    ``LocalGroup`` (made now if it is the first), or None to keep torch's default.
+
+    Every test here gives the same answer on every rank (one setting, one backend, one world,
+    the same code), so either every rank makes the group or none does. Whether the ranks share
+    a host is not asked here (a sweep trial's ranks may, its world's not): ``_open`` finds out.
+    """
+    if not (engine.shared_memory and engine.rank_info is not None and dist.is_initialized()):
+        return None
+    if dist.get_world_size() < 2 or dist.get_backend() != "gloo":
+        return None
+    if any(t.device.type != "cpu" for t in (*module.parameters(), *module.buffers())):
+        return None
+    if engine.local_group is None:
+        register()
+        engine.local_group = rendezvous.tracked(dist.new_group, backend=NAME)
+    return engine.local_group
+
+
+_DDP = torch.nn.parallel.DistributedDataParallel
+_original_ddp_init = _DDP.__init__
+_DDP_SIGNATURE = inspect.signature(_original_ddp_init)
+
+
+@functools.wraps(_original_ddp_init)
+def _ddp_init(self, *args, **kwargs):
+    """DDP's constructor, given this formation's ``LocalGroup`` when it names no group."""
+    bound = _DDP_SIGNATURE.bind(self, *args, **kwargs)
+    named = bound.arguments
+    if named.get("process_group") is None and named.get("device_mesh") is None:
+        group = for_model(named["module"])
+        if group is not None:
+            named["process_group"] = group
+    _original_ddp_init(*bound.args, **bound.kwargs)
+
+
+def install() -> None:
+    """Route DDP models made with no group through ``for_model``."""
+    _DDP.__init__ = _ddp_init

@@ -1,0 +1,207 @@
+"""All-reduce through shared memory, for the ranks of one group that share a host.
+
+gloo all-reduces over TCP even between processes on one machine: every byte goes through the
+kernel's socket buffers twice, on gloo's own threads, which on a workstation take turns with the
+training thread on the same cores. For the MLP of ``benchmarks/workloads.py`` on 2 cores that is
+8-10 ms of a 23 ms step. Here each rank copies its tensor into its slot of one mapped file, sums
+its share of every slot into place, and copies the others' sums back: three passes over memory on
+the calling thread, no system call, no other thread.
+
+The segment: one counter per rank (a cache line each) that says how far the rank has come, one
+word that any rank sets to stop the others at once (it failed, or was told to abort) beside the
+words that say why, and two buffers of one slot per rank, used in turn, so a rank may start
+filling the next buffer while slower ranks still read the last one. A call moves ``slot`` bytes
+a round; bigger tensors take several rounds. Two waits a round, each on every rank's counter.
+
+The sum runs in rank order (rank 0 + rank 1 + ...), the same on every rank: results are
+deterministic, and at 2 ranks bit for bit gloo's (a + b is b + a in IEEE arithmetic). At 3 and
+more ranks the last bit may differ from gloo's ring order.
+
+Only x86-64 Linux uses it: the protocol needs a rank's copy to be seen before its counter moves,
+which x86 guarantees for plain stores and weaker memory models (ARM) would need fences that
+Python cannot issue. A waiting rank spins for a few microseconds, then yields its core (more
+ranks than cores must not starve the one being waited for), then sleeps; it checks every 50 ms
+that the ranks it waits for are alive, so a dead peer fails the call within that, as a closed
+socket fails gloo's.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import platform
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+_LINE = 64  # bytes: each counter on a cache line of its own
+_WHY = 4 * _LINE  # bytes of the reason a stopped segment gives every rank
+_SPIN = 50e-6  # seconds a waiting rank spins before it yields its core
+_YIELD = 5e-3  # seconds it yields before it sleeps
+_NAP = 200e-6  # seconds a sleeping waiter sleeps between looks
+_LOOK = 0.05  # seconds between checks that the ranks waited for are alive
+
+_OPS = (
+    (dist.ReduceOp.SUM, torch.add),
+    (dist.ReduceOp.PRODUCT, torch.mul),
+    (dist.ReduceOp.MIN, torch.minimum),
+    (dist.ReduceOp.MAX, torch.maximum),
+)
+#: Element types summed here; others (bool, complex) go to gloo.
+_DTYPES = frozenset(
+    {torch.float32, torch.float64, torch.float16, torch.bfloat16}
+    | {torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64}
+)
+
+
+class Aborted(RuntimeError):
+    """A call on a segment that a rank stopped, or whose peer died: the group is over."""
+
+
+def supported() -> bool:
+    """True where this exchange is correct (x86-64 Linux)."""
+    return platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
+
+
+def segment_bytes(size: int, slot: int) -> int:
+    """The bytes of a segment for ``size`` ranks with ``slot`` bytes each."""
+    return _head(size) + 2 * size * slot
+
+
+def _head(size: int) -> int:
+    return _LINE * (size + 1) + _WHY
+
+
+def reducer(tensor: torch.Tensor, op) -> Callable | None:
+    """The elementwise function of ``all_reduce(tensor, op)`` through shared memory (``torch.add``
+    for a sum), or None when it must go to gloo (another device, type or op)."""
+    if tensor.device.type != "cpu" or tensor.dtype not in _DTYPES:
+        return None
+    return next((fn for kind, fn in _OPS if op == kind), None)  # a ReduceOp equals its kind
+
+
+class Exchange:
+    """One rank's view of a segment: ``fd`` is the open file every rank of the group mapped,
+    ``pids`` the process of each rank (to tell a dead peer from a slow one)."""
+
+    def __init__(self, fd: int, rank: int, size: int, slot: int, pids: list[int], timeout: float):
+        self.rank, self.size, self.slot, self.timeout = rank, size, slot, timeout
+        self._pids = pids
+        self._map = mmap.mmap(fd, segment_bytes(size, slot))
+        words = np.frombuffer(self._map, dtype=np.int64, count=_LINE // 8 * (size + 1))
+        self._arrived = words[: _LINE // 8 * size : _LINE // 8]  # rank k's counter
+        self._mine = self._arrived[rank : rank + 1]
+        self._stop = words[_LINE // 8 * size : _LINE // 8 * size + 1]  # 0, or 1 + who stopped
+        self._why_at = _LINE * (size + 1)
+        data = torch.frombuffer(self._map, dtype=torch.uint8)[_head(size) :]
+        self._slots = data.view(2, size, slot)
+        self._typed: dict[torch.dtype, torch.Tensor] = {}
+        self._seq = 0  # waits done; every rank does the same ones in the same order
+        self._rounds = 0  # rounds done; picks the buffer
+
+    def allreduce(self, tensor: torch.Tensor, fn: Callable = torch.add) -> None:
+        """Reduce ``tensor`` across the group in place, with ``fn`` (from ``reducer``)."""
+        flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+        slots = self._typed.get(tensor.dtype)
+        if slots is None:
+            slots = self._typed[tensor.dtype] = self._slots.view(tensor.dtype)
+        per = slots.shape[-1]
+        for start in range(0, flat.numel(), per):
+            self._round(slots[self._rounds % 2], flat[start : start + per], fn)
+            self._rounds += 1
+        if flat.data_ptr() != tensor.data_ptr():
+            tensor.copy_(flat.view_as(tensor))
+
+    def _round(self, slots: torch.Tensor, part: torch.Tensor, fn) -> None:
+        n, r, length = self.size, self.rank, part.numel()
+        cut = [length * k // n for k in range(n + 1)]  # rank k sums [cut[k], cut[k + 1])
+        slots[r, :length].copy_(part)
+        self._arrive()
+        lo, hi = cut[r], cut[r + 1]
+        mine = part[lo:hi]
+        fn(slots[0, lo:hi], slots[1, lo:hi], out=mine)
+        for k in range(2, n):
+            fn(mine, slots[k, lo:hi], out=mine)
+        slots[r, lo:hi].copy_(mine)
+        self._arrive()
+        for k in range(n):
+            if k != r:
+                part[cut[k] : cut[k + 1]].copy_(slots[k, cut[k] : cut[k + 1]])
+
+    def _arrive(self) -> None:
+        """Say this rank got here; return when every rank has."""
+        self._seq += 1
+        if self._stop[0]:
+            raise self._aborted()
+        self._mine[0] = self._seq
+        if self._arrived.min() >= self._seq:
+            return
+        try:
+            self._wait()
+        except BaseException as e:  # an interrupt, a timeout, a dead peer: stop the others
+            if not isinstance(e, Aborted):
+                self.abort(f"{type(e).__name__} on rank {self.rank}")
+            raise
+
+    def _wait(self) -> None:
+        seq, arrived, stop = self._seq, self._arrived, self._stop
+        t0 = time.monotonic()
+        spin_until, yield_until = t0 + _SPIN, t0 + _YIELD
+        look, deadline = t0 + _LOOK, t0 + self.timeout
+        while arrived.min() < seq:
+            if stop[0]:
+                raise self._aborted()
+            now = time.monotonic()
+            if now < spin_until:
+                continue
+            if now >= look:
+                self._look(seq)
+                look = now + _LOOK
+                if now >= deadline:
+                    late = [k for k in range(self.size) if arrived[k] < seq]
+                    self.abort(f"rank {self.rank} waited {self.timeout:.0f} s for ranks {late}")
+                    raise self._aborted()
+            if now < yield_until:
+                os.sched_yield()
+            else:
+                time.sleep(_NAP)
+
+    def _look(self, seq: int) -> None:
+        """Abort when a rank not yet arrived has exited."""
+        for k in range(self.size):
+            if self._arrived[k] < seq and not _alive(self._pids[k]):
+                self.abort(f"rank {k} (pid {self._pids[k]}) exited during an all-reduce")
+                raise self._aborted()
+
+    def abort(self, why: str) -> None:
+        """Stop every rank's calls on this segment, now and from now on; each says ``why``."""
+        if not self._stop[0]:
+            text = why.encode()[: _WHY - 1].ljust(_WHY, b"\0")
+            self._map[self._why_at : self._why_at + _WHY] = text  # seen before the stop word
+            self._stop[0] = 1 + self.rank
+
+    def _aborted(self) -> Aborted:
+        why = self._map[self._why_at : self._why_at + _WHY].rstrip(b"\0").decode(errors="replace")
+        who = f"rank {int(self._stop[0]) - 1} stopped the group"
+        return Aborted(f"all-reduce through shared memory stopped: {why or who}")
+
+    def close(self) -> None:
+        """Unmap the segment (tensors still viewing it keep it mapped until they go)."""
+        self._typed.clear()
+        try:
+            self._map.close()
+        except BufferError:  # a view is still alive: the mapping goes with it
+            pass
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie has exited: only its parent has not reaped it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
