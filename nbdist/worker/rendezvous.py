@@ -153,7 +153,7 @@ def abort() -> None:
     groups = list(dist.distributed_c10d._world.pg_map)  # the formation's groups (WORLD, new)
     fds = {conn[0] for conn in engine.group_sockets}
     if engine.local_group is not None:  # ranks waiting in its shared memory stop at once
-        engine.local_group.abort(f"rank {dist.get_rank()} left the group")
+        engine.local_group.stop(f"rank {dist.get_rank()} left the group")
         engine.local_group = None
     _shut_group_sockets()
     try:

@@ -179,3 +179,22 @@ def test_the_setting_is_checked():
     assert ClusterConfig(n=2, shared_memory=False).shared_memory is False
     with pytest.raises(UsageError, match="shared_memory"):
         ClusterConfig(n=2, shared_memory="no")
+
+
+_ABORT_ALL = """
+import torch.distributed as dist
+from nbdist.worker.collectives import group
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+group.register()
+g = dist.new_group(backend=group.NAME)
+assert dist.get_backend(g) == group.NAME and isinstance(g, group.LocalGroup)
+dist.distributed_c10d._abort_process_group()  # what rendezvous.abort does: every group's abort()
+print("aborted")
+"""
+
+
+def test_torchs_abort_of_every_group_takes_the_local_group_too():
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _ABORT_ALL], capture_output=True, text=True)
+    assert done.stdout.strip() == "aborted", done.stderr[-2000:]

@@ -64,10 +64,16 @@ class LocalGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 (the C++ name)
         return NAME
 
-    def abort(self, why: str) -> None:
-        """Stop every rank's shared-memory calls at once (gloo's part is shut with its sockets)."""
+    def stop(self, why: str) -> None:
+        """Stop every rank's shared-memory calls at once, each saying ``why`` (gloo's part is
+        shut with its sockets)."""
         if self.exchange is not None:
             self.exchange.abort(why)
+
+    def abort(self) -> None:
+        """torch's abort of every group (``rendezvous.abort``) reaches the shared memory too."""
+        self.stop("the group was aborted")
+        super().abort()
 
 
 def _create(store, rank: int, size: int, timeout: timedelta) -> LocalGroup:
