@@ -2,7 +2,7 @@
 (``nbdist.worker.collectives``), on real engines: bit for bit what gloo gives at 2 ranks, the
 rank-order sum at 3, nothing left in /dev/shm, and a rank that fails or dies stops the ranks
 waiting for it at once, named as the cause. ``--no-shm`` leaves DDP on gloo. The protocol
-itself, rank by rank: ``tests/unit/test_shared_memory.py``."""
+itself, rank by rank: ``tests/unit/test_shm_protocol.py``."""
 
 from __future__ import annotations
 

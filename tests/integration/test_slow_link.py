@@ -52,7 +52,8 @@ _DDP = textwrap.dedent(
     everyone = [torch.zeros_like(flat) for _ in range(nbdist.world_size())]
     torch.distributed.all_gather(everyone, flat)
     ({"identical": all(torch.equal(everyone[0], t) for t in everyone),
-      "first": losses[0], "last": losses[-1]})
+      "first": losses[0], "last": losses[-1],
+      "shared_memory": getattr(model.process_group, "exchange", None) is not None})
     """
 )
 
@@ -115,6 +116,7 @@ def test_ddp_trains_across_the_slow_link_to_identical_parameters(slow):
     out = c.run(_DDP)
     assert out["identical"], out
     assert out["last"] < out["first"] / 5, out
+    assert not out["shared_memory"], "hosts apart shared memory: their gradients skip the link"
 
 
 def test_the_link_is_really_shaped(slow):

@@ -85,10 +85,13 @@ def _slot(size: int) -> int:
 
 
 def _identity() -> str:
-    """What ranks must share to share memory and see each other's processes."""
+    """What ranks must share to share memory and see each other's processes: one boot of one
+    machine, one process namespace, and one network namespace (hosts simulated in network
+    namespaces, as the tests' are, stay apart, their traffic on the links between them)."""
     with open("/proc/sys/kernel/random/boot_id") as f:
         boot = f.read().strip()
-    return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}/{socket.gethostname()}"
+    spaces = "/".join(str(os.stat(f"/proc/self/ns/{ns}").st_ino) for ns in ("pid", "net"))
+    return f"{boot}/{spaces}/{socket.gethostname()}"
 
 
 def _make(nbytes: int) -> tuple[int, str]:
