@@ -6,11 +6,13 @@ of engines started one by one, and a dead engine is replaced in a fraction of a 
 cluster's controller is forked from it too (ipyparallel's imports are 1.2-1.5 s of a fresh
 controller's start), as soon as those imports are done, while torch's are still to come.
 
-Forking is safe here because the server never starts a thread and never touches CUDA: one loop
-waits on stdin, on a pipe that SIGCHLD wakes, and on the kernel's pidfd, readable when the
-kernel ends (``lifeline``; a timer where the OS has no pidfds). A fork from a multi-threaded
-process can deadlock the child on a lock another thread held (Python 3.12 warns about it); this
-one has no other thread to hold one.
+Forking is safe here because the server has no other thread when it forks and never touches
+CUDA: one loop waits on stdin, on a pipe that SIGCHLD wakes, and on the kernel's pidfd, readable
+when the kernel ends (``lifeline``; a timer where the OS has no pidfds). A fork from a
+multi-threaded process can deadlock the child on a lock another thread held (Python 3.12 warns
+about it); this one has no other thread to hold one. Only while it imports torch (seconds, more on
+a busy machine), before any engine's fork, a watcher thread ends it if the kernel goes meanwhile,
+and is gone before the loop starts.
 
 Protocol, lines on stdin/stdout: the server says ``ready`` once its imports are done (a
 ``controller`` request already waiting is served halfway, before torch's import); ``cluster
@@ -29,14 +31,18 @@ within IDLE seconds leaves (the kernel starts one ahead of need, at ``%load_ext 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
+import select
 import selectors
 import signal
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 
 _LIFELINE_PERIOD = 0.5  # seconds between checks that the kernel is still there, without pidfds
 _EXIT_WAIT = 5.0  # seconds the server waits at its exit for its engines (told to leave) to end
@@ -125,6 +131,35 @@ def _preload() -> None:
     import nbdist.worker.runner  # noqa: F401
 
     gc.freeze()  # see _preload_controller
+
+
+@contextlib.contextmanager
+def _watched_while(kernel, lifeline) -> Iterator[None]:
+    """Within the block, a thread that ends the server (and what it started) the moment the
+    kernel ends; the thread is joined at the block's end, so no fork sees it."""
+    if kernel is None:
+        yield
+        return
+    stop_r, stop_w = os.pipe()
+
+    def watch() -> None:
+        while kernel.alive():
+            watched = [stop_r] + ([kernel.fd] if kernel.fd is not None else [])
+            ready, _, _ = select.select(watched, [], [], 0.5)
+            if stop_r in ready:
+                return
+        lifeline.kill_descendants()
+        os._exit(0)
+
+    watcher = threading.Thread(target=watch, name="nbdist-kernel-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        os.write(stop_w, b"x")
+        watcher.join()
+        os.close(stop_r)
+        os.close(stop_w)
 
 
 def _detach(inherited: list[int], log_path: str) -> None:
@@ -254,7 +289,8 @@ def main() -> None:
     # forked now, to start beside torch's import rather than after it.
     if stdin in {key.fd for key, _ in sel.select(0)} and not requests.take(os.read(stdin, 4096)):
         return
-    _preload()
+    with _watched_while(kernel, lifeline):
+        _preload()
     _say("ready")
     while True:
         wait = period

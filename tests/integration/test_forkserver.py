@@ -202,3 +202,35 @@ def test_nbdist_prewarm_turns_the_spare_off_and_a_bad_value_is_one_line(monkeypa
     else:
         raise AssertionError("NBDIST_PREWARM=maybe was accepted")
     assert forks._spare is None
+
+
+def test_a_server_whose_kernel_dies_during_its_imports_leaves_before_they_end():
+    """A spare server imports torch for seconds (more on a busy machine) before its loop watches
+    the kernel: a watcher thread covers those seconds, so it leaves at once, not once ready."""
+    kernel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    server = None
+    try:
+        env = dict(os.environ, NBDIST_PARENT_PID=identity(kernel.pid))
+        server = subprocess.Popen(
+            [sys.executable, "-m", "nbdist.launch.forkserver", "600"],
+            stdin=subprocess.PIPE,  # kept open: a closed stdin says the kernel is gone
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+        def importing_torch() -> bool:
+            with open(f"/proc/{server.pid}/maps") as f:
+                return "libtorch" in f.read()
+
+        wait_until(importing_torch, 60, interval=0.01, what="the server to import torch")
+        kernel.kill()
+        kernel.wait()
+        server.wait(timeout=60)
+        said = server.stdout.read()
+        assert "ready" not in said, "it finished its imports before it saw the kernel was gone"
+    finally:
+        kernel.kill()
+        if server is not None:
+            server.kill()
+            server.wait()

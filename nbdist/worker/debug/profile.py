@@ -5,9 +5,10 @@
 ``step()``);
 ``finish()`` closes it when the cell ends and says what it saw as a ``ProfileResult``: the
 window's wall time and steps, the time spent loading data (``DataLoader`` iteration), each
-collective's duration (gloo's and NCCL's, in the order they started: the notebook matches them
-across ranks and reads from their differences who waited for whom), and the Chrome trace, for
-the kernel to merge with the other ranks'. Nothing of this runs unless a cell asks for it.
+collective's duration (gloo's, NCCL's and DDP's through shared memory, in the order they
+started: the notebook matches them across ranks and reads from their differences who waited for
+whom), and the Chrome trace, for the kernel to merge with the other ranks'. Nothing of this
+runs unless a cell asks for it.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from collections.abc import Iterator
 
 from ...protocol import ProfileResult
 from .. import reporter
+from ..collectives import group
 
 _MAX_TRACE = 64 * 2**20  # bytes of compressed trace sent to the notebook, at most
-_COLLECTIVES = ("gloo:", "nccl:")
+_COLLECTIVES = ("gloo:", "nccl:", f"{group.NAME}:")  # the last: DDP's through shared memory
 _DATA = "enumerate(DataLoader)"
 
 
