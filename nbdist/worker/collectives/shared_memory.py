@@ -19,8 +19,9 @@ more ranks the last bit may differ from gloo's ring order.
 
 Only x86-64 Linux uses it: the protocol needs a rank's copy to be seen before its counter moves,
 which x86 guarantees for plain stores and weaker memory models (ARM) would need fences that
-Python cannot issue. A waiting rank spins for a few microseconds, then yields its core (more
-ranks than cores must not starve the one being waited for), then sleeps; it checks every 50 ms
+Python cannot issue. A waiting rank spins for a few microseconds, then yields its core for a few
+milliseconds, then sleeps; with more ranks than cores it sleeps at once after its spin (a rank
+that yields is soon run again, taking the core from the one it waits for). It checks every 50 ms
 that the ranks it waits for are alive, so a dead peer fails the call within that, as a closed
 socket fails gloo's.
 """
@@ -99,6 +100,7 @@ class Exchange:
         data = torch.frombuffer(self._map, dtype=torch.uint8)[_head(size) :]
         self._slots = data.view(2, size, slot)
         self._typed: dict[torch.dtype, torch.Tensor] = {}
+        self._yield = _YIELD if size <= (os.cpu_count() or 1) else 0.0
         self._seq = 0  # waits done; every rank does the same ones in the same order
         self._rounds = 0  # rounds done; picks the buffer
 
@@ -149,7 +151,7 @@ class Exchange:
     def _wait(self) -> None:
         seq, arrived, stop = self._seq, self._arrived, self._stop
         t0 = time.monotonic()
-        spin_until, yield_until = t0 + _SPIN, t0 + _YIELD
+        spin_until, yield_until = t0 + _SPIN, t0 + self._yield
         look, deadline = t0 + _LOOK, t0 + self.timeout
         while arrived.min() < seq:
             if stop[0]:
