@@ -92,6 +92,26 @@ def test_max_min_product_and_a_strided_tensor():
     assert torch.equal(mine[0], grid[0] + grid[1]) and torch.equal(mine[1], mine[0])
 
 
+def test_calls_that_differ_fail_on_every_rank_naming_each_ranks_call():
+    ex = _exchanges(2)
+    mine = [torch.ones(10), torch.ones(12)]
+    got = _on_threads(ex, lambda e: e.allreduce(mine[e.rank], torch.add))
+    for e in got:
+        assert isinstance(e, RuntimeError) and "all-reduce calls differ across ranks" in str(e)
+        assert "rank 0: 10 x torch.float32 sum; rank 1: 12 x torch.float32 sum" in str(e)
+    ex = _exchanges(2)
+    got = _on_threads(ex, lambda e: e.allreduce(torch.ones(4), (torch.add, torch.maximum)[e.rank]))
+    assert all("rank 1: 4 x torch.float32 max" in str(e) for e in got), got
+
+
+def test_an_empty_tensor_is_a_call_like_any_other():
+    ex = _exchanges(2)
+    assert _on_threads(ex, lambda e: e.allreduce(torch.ones(0), torch.add)) == [None, None]
+    mine = [torch.ones(3), torch.ones(3)]
+    assert _on_threads(ex, lambda e: e.allreduce(mine[e.rank], torch.add)) == [None, None]
+    assert torch.equal(mine[0], torch.full((3,), 2.0))
+
+
 def test_what_goes_to_gloo_instead():
     cpu = torch.ones(3)
     assert shared_memory.reducer(cpu, dist.ReduceOp.SUM) is torch.add

@@ -7,7 +7,8 @@ training thread on the same cores. For the MLP of ``benchmarks/workloads.py`` on
 its share of every slot into place, and copies the others' sums back: three passes over memory on
 the calling thread, no system call, no other thread.
 
-The segment: one counter per rank (a cache line each) that says how far the rank has come, one
+The segment: one counter per rank (a cache line each) that says how far the rank has come, beside
+what the rank's call reduces (its length, type and op: calls that differ fail, on every rank), one
 word that any rank sets to stop the others at once (it failed, or was told to abort) beside the
 words that say why, and two buffers of one slot per rank, used in turn, so a rank may start
 filling the next buffer while slower ranks still read the last one. A call moves ``slot`` bytes
@@ -52,10 +53,10 @@ _OPS = (
     (dist.ReduceOp.MAX, torch.maximum),
 )
 #: Element types summed here; others (bool, complex) go to gloo.
-_DTYPES = frozenset(
-    {torch.float32, torch.float64, torch.float16, torch.bfloat16}
-    | {torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64}
-)
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_DTYPES += (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+_OP_NAMES = {torch.add: "sum", torch.mul: "product", torch.minimum: "min", torch.maximum: "max"}
+_FNS = tuple(_OP_NAMES)
 
 
 class Aborted(RuntimeError):
@@ -92,10 +93,11 @@ class Exchange:
         self.rank, self.size, self.slot, self.timeout = rank, size, slot, timeout
         self._pids = pids
         self._map = mmap.mmap(fd, segment_bytes(size, slot))
-        words = np.frombuffer(self._map, dtype=np.int64, count=_LINE // 8 * (size + 1))
-        self._arrived = words[: _LINE // 8 * size : _LINE // 8]  # rank k's counter
-        self._mine = self._arrived[rank : rank + 1]
-        self._stop = words[_LINE // 8 * size : _LINE // 8 * size + 1]  # 0, or 1 + who stopped
+        lines = np.frombuffer(self._map, np.int64, _LINE // 8 * (size + 1)).reshape(size + 1, -1)
+        self._arrived = lines[:size, 0]  # rank k's counter
+        self._mine = lines[rank, 0:1]
+        self._calls = lines[:size, 1:3]  # rank k's call: its length, and its type and op
+        self._stop = lines[size, 0:1]  # 0, or 1 + the rank that stopped the group
         self._why_at = _LINE * (size + 1)
         data = torch.frombuffer(self._map, dtype=torch.uint8)[_head(size) :]
         self._slots = data.view(2, size, slot)
@@ -111,17 +113,22 @@ class Exchange:
         if slots is None:
             slots = self._typed[tensor.dtype] = self._slots.view(tensor.dtype)
         per = slots.shape[-1]
-        for start in range(0, flat.numel(), per):
-            self._round(slots[self._rounds % 2], flat[start : start + per], fn)
+        self._calls[self.rank] = (flat.numel(), _DTYPES.index(tensor.dtype) * 8 + _FNS.index(fn))
+        for start in range(
+            0, max(flat.numel(), 1), per
+        ):  # an empty tensor too: its call is checked
+            self._round(slots[self._rounds % 2], flat[start : start + per], fn, start == 0)
             self._rounds += 1
         if flat.data_ptr() != tensor.data_ptr():
             tensor.copy_(flat.view_as(tensor))
 
-    def _round(self, slots: torch.Tensor, part: torch.Tensor, fn) -> None:
+    def _round(self, slots: torch.Tensor, part: torch.Tensor, fn, first: bool) -> None:
         n, r, length = self.size, self.rank, part.numel()
         cut = [length * k // n for k in range(n + 1)]  # rank k sums [cut[k], cut[k + 1])
         slots[r, :length].copy_(part)
         self._arrive()
+        if first and (self._calls != self._calls[r]).any():
+            self._differ()
         lo, hi = cut[r], cut[r + 1]
         mine = part[lo:hi]
         fn(slots[0, lo:hi], slots[1, lo:hi], out=mine)
@@ -170,6 +177,17 @@ class Exchange:
                 os.sched_yield()
             else:
                 time.sleep(_NAP)
+
+    def _differ(self) -> None:
+        """Fail a call that is not every rank's: a sum of different things is no sum."""
+        calls = [f"rank {k}: {n} x {_DTYPES[c // 8]} {_OP_NAMES[_FNS[c % 8]]}"
+                 for k, (n, c) in enumerate(self._calls.tolist())]  # fmt: skip
+        why = (
+            f"all-reduce calls differ across ranks ({'; '.join(calls)}): every rank must "
+            "all-reduce the same length, type and op, in the same order"
+        )
+        self.abort(why)
+        raise RuntimeError(why)
 
     def _look(self, seq: int) -> None:
         """Abort when a rank not yet arrived has exited."""
