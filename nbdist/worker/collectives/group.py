@@ -1,14 +1,14 @@
 """The group DDP models on CPU all-reduce through: gloo, with all-reduce through shared memory
 when every rank of the group runs on this host (``shared_memory``).
 
-A DDP model made with no ``process_group`` on an engine whose ranks all share one host (a local
-cluster, or one remote host) gets this group in place of the default one, made once per formation
-by the first such model (a collective: every rank makes its model at the same point). It is a
-``ProcessGroup`` whose all-reduce of a CPU tensor goes through shared memory and whose every other
-operation (broadcast, all-gather, barrier, ...) is gloo's, registered under it: so DDP's start
-(its broadcast of the weights, its check of their shapes) and everything it does beside its
-gradient all-reduce run as they would on gloo. The default group stays gloo: code that asks
-``dist.get_backend()``, frameworks, ``dist.all_reduce`` without a group, device meshes and
+A DDP model on CPU made on an engine with no ``process_group`` gets this group in place of the
+default one, made once per formation by the first such model (a collective: every rank makes its
+model at the same point). It is a ``ProcessGroup`` whose all-reduce of a CPU tensor goes through
+shared memory when every rank shares this host (a local cluster, or one remote host), and whose
+every other operation (broadcast, all-gather, barrier, ...) is gloo's, registered under it: so
+DDP's start (its broadcast of the weights, its check of their shapes) and everything it does
+beside its gradient all-reduce run as they would on gloo. The default group stays gloo: code that
+asks ``dist.get_backend()``, frameworks, ``dist.all_reduce`` without a group, device meshes and
 nbdist's own collectives see exactly what they would under torchrun. ``--no-shm`` (config
 ``shared_memory=False``) leaves DDP on the default group.
 
