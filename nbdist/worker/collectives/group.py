@@ -13,7 +13,7 @@ nbdist's own collectives see exactly what they would under torchrun. ``--no-shm`
 ``shared_memory=False``) leaves DDP on the default group.
 
 Where a rank cannot map the segment (no room in ``/dev/shm``, another host, not x86-64 Linux)
-every rank agrees, through the group's store, to let gloo do all of it.
+every rank agrees, through the group's store, and DDP keeps the default group.
 """
 
 from __future__ import annotations
@@ -55,8 +55,12 @@ class LocalGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllreduceOptions()
         fn = shared_memory.reducer(tensors[0], opts.reduceOp) if len(tensors) == 1 else None
         if self.exchange is None or fn is None:
-            return self._gloo.allreduce(tensors, opts)
-        if torch.autograd._profiler_enabled():  # --profile: a collective, as gloo's are
+            # done here, not handed back pending: torch keeps a Work made in Python alive by a
+            # holder whose end takes the interpreter's lock, on whichever thread ends it; gloo's
+            # worker thread ending it while this thread holds that lock and waits on gloo's
+            # queue is a deadlock (seen: a DDP cell hung across two hosts)
+            self._gloo.allreduce(tensors, opts).wait()
+        elif torch.autograd._profiler_enabled():  # --profile: a collective, as gloo's are
             with torch.profiler.record_function(f"{NAME}:all_reduce"):
                 self.exchange.allreduce(tensors[0], fn)
         else:
@@ -178,7 +182,8 @@ def for_model(module: torch.nn.Module) -> dist.ProcessGroup | None:
     if engine.local_group is None:
         register()
         engine.local_group = rendezvous.tracked(dist.new_group, backend=NAME)
-    return engine.local_group
+    # where the ranks could not share memory, DDP stays on the default group, as under torchrun
+    return engine.local_group if engine.local_group.exchange is not None else None
 
 
 _DDP = torch.nn.parallel.DistributedDataParallel
