@@ -114,9 +114,7 @@ class Exchange:
             slots = self._typed[tensor.dtype] = self._slots.view(tensor.dtype)
         per = slots.shape[-1]
         self._calls[self.rank] = (flat.numel(), _DTYPES.index(tensor.dtype) * 8 + _FNS.index(fn))
-        for start in range(
-            0, max(flat.numel(), 1), per
-        ):  # an empty tensor too: its call is checked
+        for start in range(0, max(flat.numel(), 1), per):  # an empty call is checked too
             self._round(slots[self._rounds % 2], flat[start : start + per], fn, start == 0)
             self._rounds += 1
         if flat.data_ptr() != tensor.data_ptr():
