@@ -35,7 +35,6 @@ import contextlib
 import gc
 import json
 import os
-import select
 import selectors
 import signal
 import sys
@@ -143,13 +142,9 @@ def _watched_while(kernel, lifeline) -> Iterator[None]:
     stop_r, stop_w = os.pipe()
 
     def watch() -> None:
-        while kernel.alive():
-            watched = [stop_r] + ([kernel.fd] if kernel.fd is not None else [])
-            ready, _, _ = select.select(watched, [], [], 0.5)
-            if stop_r in ready:
-                return
-        lifeline.kill_descendants()
-        os._exit(0)
+        if kernel.wait(_LIFELINE_PERIOD, until=stop_r):
+            lifeline.kill_descendants()
+            os._exit(0)
 
     watcher = threading.Thread(target=watch, name="nbdist-kernel-watch", daemon=True)
     watcher.start()

@@ -16,7 +16,6 @@ import os
 import select
 import socket
 import threading
-import time
 
 _PARENT_ENV = "NBDIST_PARENT_PID"
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -102,14 +101,16 @@ class Kernel:
         except psutil.Error:
             return False
 
-    def wait(self, period: float) -> None:
-        """Return once the kernel has ended: at that moment with a pidfd, else within
-        ``period`` s."""
+    def wait(self, period: float, until: int | None = None) -> bool:
+        """Return once the kernel has ended (True): at that moment with a pidfd, else within
+        ``period`` s; or, given ``until`` (a descriptor), once that turns readable (False)."""
+        watched = [fd for fd in (self.fd, until) if fd is not None]
         while self.alive():
-            if self.fd is not None:
-                select.select([self.fd], [], [])
-            else:
-                time.sleep(period)
+            if until is None and self.fd is not None:
+                select.select(watched, [], [])
+            elif until in select.select(watched, [], [], period)[0]:
+                return False
+        return True
 
 
 def parent_check() -> Kernel | None:
@@ -132,8 +133,8 @@ def parent_check() -> Kernel | None:
 
 def exit_with_parent(period: float = 0.5) -> None:
     """Exit this process the moment the kernel is gone (a watcher thread, blocked until then;
-    see ``parent_check``; the fork server, which must stay single-threaded, watches from its
-    own loop instead)."""
+    see ``parent_check``; the fork server, which must be single-threaded when it forks,
+    watches from its own loop instead, and from a thread it ends while it imports)."""
     kernel = parent_check()
     if kernel is None:
         return

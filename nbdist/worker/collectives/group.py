@@ -84,10 +84,6 @@ class LocalGroup(dist.ProcessGroup):
         super().abort()
 
 
-def _create(store, rank: int, size: int, timeout: timedelta) -> LocalGroup:
-    return LocalGroup(store, rank, size, timeout)
-
-
 def _slot(size: int) -> int:
     return max(64 << 10, min(_SLOT_MAX, _SEGMENT_MAX // (2 * size)) // 64 * 64)
 
@@ -162,7 +158,7 @@ def _open(store, rank: int, size: int, timeout: float) -> shared_memory.Exchange
 def register() -> None:
     """Make ``NAME`` a backend ``dist.new_group`` knows (once per process)."""
     if NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(NAME, _create, devices=["cpu"])
+        dist.Backend.register_backend(NAME, LocalGroup, devices=["cpu"])
 
 
 def for_model(module: torch.nn.Module) -> dist.ProcessGroup | None:

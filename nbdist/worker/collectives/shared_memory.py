@@ -90,7 +90,7 @@ class Exchange:
     ``pids`` the process of each rank (to tell a dead peer from a slow one)."""
 
     def __init__(self, fd: int, rank: int, size: int, slot: int, pids: list[int], timeout: float):
-        self.rank, self.size, self.slot, self.timeout = rank, size, slot, timeout
+        self.rank, self.size, self.timeout = rank, size, timeout
         self._pids = pids
         self._map = mmap.mmap(fd, segment_bytes(size, slot))
         lines = np.frombuffer(self._map, np.int64, _LINE // 8 * (size + 1)).reshape(size + 1, -1)
@@ -205,14 +205,6 @@ class Exchange:
         why = self._map[self._why_at : self._why_at + _WHY].rstrip(b"\0").decode(errors="replace")
         who = f"rank {int(self._stop[0]) - 1} stopped the group"
         return Aborted(f"all-reduce through shared memory stopped: {why or who}")
-
-    def close(self) -> None:
-        """Unmap the segment (tensors still viewing it keep it mapped until they go)."""
-        self._typed.clear()
-        try:
-            self._map.close()
-        except BufferError:  # a view is still alive: the mapping goes with it
-            pass
 
 
 def _alive(pid: int) -> bool:
