@@ -1,14 +1,12 @@
 """The run store: every ``%%distributed`` run's options, metrics, health and events, in SQLite.
 
-One file, ``data_dir()/runs.sqlite`` by default (``$NBDIST_DATA_DIR`` moves it), readable by its
-owner only, in a data folder checked to be the user's own (``datadir``: a reader creates nothing).
-WAL mode with short transactions and a busy timeout: the kernel writes while the Jupyter server
-(another process) reads. Every reader returns plain, JSON-safe data named as in
+``RunStore`` writes and reads the run store's file (``database``: where it is, owner-only, WAL,
+a connection per thread). Every reader returns plain, JSON-safe data named as in
 ``telemetry.events`` (the sidebar's types follow the same names): a loss that is NaN or infinite
 comes back as ``None`` with ``nonfinite`` set to ``"nan"``, ``"inf"`` or ``"-inf"``. What goes in
-is checked where it enters (``tables``): a run's numbers that are not finite, or do not fit
+is checked where it enters (``rows``): a run's numbers that are not finite, or do not fit
 SQLite's 64-bit integers, are stored as NULL (unknown); a row that cannot be stored truthfully (a
-time that is not a number, a step past 2**63) is refused with ``tables.BadValue``.
+time that is not a number, a step past 2**63) is refused with ``rows.BadValue``.
 
 The kernel writes through ``writer.StoreWriter`` (a background thread, typed records); readers
 are ``nbdist.runs()`` and the sidebar. The row writers also take dicts with the records' names,
@@ -20,14 +18,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from .. import config, datadir
 from . import tables
+from .database import Database
 from .events import (
     EVENT_COLUMNS,
     HEALTH_COLUMNS,
@@ -38,6 +34,26 @@ from .events import (
     RunEvent,
     WorkerHealth,
 )
+from .rows import (
+    INSERT_EVENT,
+    INSERT_HEALTH,
+    INSERT_HISTORY,
+    INSERT_METRIC,
+    Refused,
+    build_rows,
+    decoded,
+    error_line,
+    event_from_dict,
+    event_row,
+    health_row,
+    history_row,
+    metric_from_dict,
+    metric_row,
+    real,
+    split_loss,
+    to_json,
+    whole,
+)
 
 #: A run still marked ``running`` whose writer has not touched it for this long is ``lost``.
 LOST_AFTER = 60.0
@@ -46,63 +62,10 @@ _WHOLE_FIELDS = ("world_size", "step", "total")
 _REAL_FIELDS = ("ended", "samples_per_s")
 
 
-def default_path() -> Path:
-    """Where the run store lives: ``data_dir()/runs.sqlite``."""
-    return config.data_dir() / "runs.sqlite"
-
-
-class RunStore:
-    """The SQLite run store at ``path`` (default ``data_dir()/runs.sqlite``); a write waits up to
-    ``busy_timeout`` seconds for another writer, then raises "database is locked"."""
-
-    def __init__(self, path: str | os.PathLike | None = None, busy_timeout: float = 10.0):
-        self._in_data_dir = path is None
-        self.path = Path(path) if path is not None else default_path()
-        self.busy_timeout = busy_timeout
-        self._local = threading.local()
-        self._ready = False
-
-    # -- connection ---------------------------------------------------------------------------
-    def _conn(self, create: bool) -> sqlite3.Connection | None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn
-        if self._in_data_dir and create:  # someone else's folder, one we cannot write: one line
-            datadir.ensure(self.path.parent)
-        elif self._in_data_dir:
-            datadir.check(self.path.parent)
-        if not create and not self.path.exists():
-            return None
-        if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not self.path.exists():  # owner-only from the first byte
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        if create:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                raise sqlite3.OperationalError(f"cannot use WAL journal mode (got {mode})")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            if not self._ready:
-                conn.executescript(f"BEGIN IMMEDIATE;{tables.SCHEMA}COMMIT;")  # idempotent
-                with _tx(conn):  # one write: two writers opening an old file add a column once
-                    for sql in tables.upgrades(conn):
-                        conn.execute(sql)
-                self._ready = True
-        self._local.conn = conn
-        return conn
-
-    def _w(self) -> sqlite3.Connection:
-        return self._conn(create=True)
-
-    def close(self) -> None:
-        """Close this thread's connection (others close when their thread ends)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+class RunStore(Database):
+    """The run store in the SQLite file at ``path`` (default ``data_dir()/runs.sqlite``); a
+    write waits up to ``busy_timeout`` seconds for another writer, then raises "database is
+    locked"."""
 
     # -- writers ------------------------------------------------------------------------------
     def start_run(
@@ -118,9 +81,8 @@ class RunStore:
         started: float | None = None,
     ) -> int:
         """Record a new run (status ``running``); return its id."""
-        now = tables.real(started) or time.time()
-        conn = self._w()
-        with _tx(conn):
+        now = real(started) or time.time()
+        with self.write() as conn:
             cur = conn.execute(
                 "INSERT INTO runs (name, label, started, updated, cluster_id, world_size, total,"
                 " options, source, kernel_pid) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -130,9 +92,9 @@ class RunStore:
                     now,
                     now,
                     cluster_id,
-                    tables.whole(world_size) or 0,
-                    tables.whole(total),
-                    tables.to_json(options or {}),
+                    whole(world_size) or 0,
+                    whole(total),
+                    to_json(options or {}),
                     source,
                     os.getpid(),
                 ),
@@ -147,19 +109,18 @@ class RunStore:
         cols, vals = ["updated = ?"], [time.time()]
         for k, v in fields.items():
             if k == "loss":
-                v, nonfinite = tables.split_loss(v)
+                v, nonfinite = split_loss(v)
                 cols.append("nonfinite = ?")
                 vals.append(nonfinite)
             elif k in ("options", "failures"):
-                v = tables.to_json(v)
+                v = to_json(v)
             elif k in _WHOLE_FIELDS:
-                v = tables.whole(v)
+                v = whole(v)
             elif k in _REAL_FIELDS:
-                v = tables.real(v)
+                v = real(v)
             cols.append(f"{k} = ?")
             vals.append(v)
-        conn = self._w()
-        with _tx(conn):
+        with self.write() as conn:
             conn.execute(f"UPDATE runs SET {', '.join(cols)} WHERE id = ?", (*vals, run_id))
 
     def end_run(
@@ -172,25 +133,24 @@ class RunStore:
         self,
         run_id: int,
         by_rank: Iterable[tuple[int, Sequence[MetricRecord]]],
-        refused: tables.Refused | None = None,
+        refused: Refused | None = None,
     ) -> None:
         """Append metric records, given as (rank, records) pairs, in one transaction. A record
-        the store cannot keep raises ``tables.BadValue`` (nothing is written), or, given
+        the store cannot keep raises ``rows.BadValue`` (nothing is written), or, given
         ``refused``, is counted there and left out (the others are written); so below."""
-        data = tables.build_rows(
-            tables.metric_row,
+        data = build_rows(
+            metric_row,
             ((run_id, rank, rec) for rank, recs in by_rank for rec in recs),
             refused,
         )
         if data:
-            conn = self._w()
-            with _tx(conn):
-                conn.executemany(tables.INSERT_METRIC, data)
+            with self.write() as conn:
+                conn.executemany(INSERT_METRIC, data)
 
     def add_metrics(self, run_id: int, rows: Iterable[Mapping[str, Any]]) -> None:
         """Append metric rows given as dicts: ``rank`` and ``MetricRecord``'s fields."""
         self.add_metric_records(
-            run_id, ((rank, (rec,)) for rank, rec in map(tables.metric_from_dict, rows))
+            run_id, ((rank, (rec,)) for rank, rec in map(metric_from_dict, rows))
         )
 
     def put_health(
@@ -198,22 +158,19 @@ class RunStore:
         run_id: int,
         rows: Iterable[WorkerHealth | Mapping[str, Any]],
         history: bool = True,
-        refused: tables.Refused | None = None,
+        refused: Refused | None = None,
     ) -> None:
         """Record each rank's latest health (``WorkerHealth``, or dicts with its fields)."""
         rows = [r if isinstance(r, WorkerHealth) else WorkerHealth.from_dict(r) for r in rows]
-        latest = tables.build_rows(tables.health_row, ((run_id, r) for r in rows), refused)
+        latest = build_rows(health_row, ((run_id, r) for r in rows), refused)
         if not latest:
             return
-        conn = self._w()
-        with _tx(conn):
-            conn.executemany(tables.INSERT_HEALTH, latest)
+        with self.write() as conn:
+            conn.executemany(INSERT_HEALTH, latest)
             if history:
                 conn.executemany(
-                    tables.INSERT_HISTORY,
-                    tables.build_rows(
-                        tables.history_row, ((run_id, r) for r in rows), tables.Refused()
-                    ),
+                    INSERT_HISTORY,
+                    build_rows(history_row, ((run_id, r) for r in rows), Refused()),
                 )
             conn.execute("UPDATE runs SET updated = ? WHERE id = ?", (time.time(), run_id))
 
@@ -233,68 +190,50 @@ class RunStore:
         self,
         run_id: int,
         rows: Iterable[RunEvent | Mapping[str, Any]],
-        refused: tables.Refused | None = None,
+        refused: Refused | None = None,
     ) -> None:
         """Append events (``RunEvent``, or dicts with its fields)."""
-        data = tables.build_rows(
-            tables.event_row,
-            ((run_id, r if isinstance(r, RunEvent) else tables.event_from_dict(r)) for r in rows),
+        data = build_rows(
+            event_row,
+            ((run_id, r if isinstance(r, RunEvent) else event_from_dict(r)) for r in rows),
             refused,
         )
         if data:
-            conn = self._w()
-            with _tx(conn):
-                conn.executemany(tables.INSERT_EVENT, data)
+            with self.write() as conn:
+                conn.executemany(INSERT_EVENT, data)
 
     def touch(self, run_id: int) -> None:
         """Say that the writer of a running run is still alive."""
-        conn = self._w()
-        with _tx(conn):
+        with self.write() as conn:
             conn.execute("UPDATE runs SET updated = ? WHERE id = ?", (time.time(), run_id))
 
     def delete_run(self, run_id: int) -> None:
         """Forget a run and everything recorded about it."""
-        conn = self._w()
-        with _tx(conn):
+        with self.write() as conn:
             for table in ("metrics", "health", "health_samples", "events"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
     # -- readers ------------------------------------------------------------------------------
-    def _read(self, sql: str, args: tuple = (), plain: bool = False) -> list:
-        """The rows of a query (``plain``: as tuples, not ``sqlite3.Row``)."""
-        conn = self._conn(create=False)
-        if conn is None:
-            return []
-        try:
-            cur = conn.cursor()
-            if plain:
-                cur.row_factory = None
-            return cur.execute(sql, args).fetchall()
-        except sqlite3.OperationalError as e:
-            if "no such table" in str(e):  # a file another process is still creating
-                return []
-            raise
-
     def list_runs(self, limit: int = 100) -> list[dict]:
         """The latest runs, newest first (``RUN_FIELDS``)."""
-        rows = self._read("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (int(limit),))
+        rows = self.read("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (int(limit),))
         return [_run(r) for r in rows]
 
     def get_run(self, run_id: int) -> dict | None:
         """One run with its source and failures too; None if there is no such run."""
-        rows = self._read("SELECT * FROM runs WHERE id = ?", (int(run_id),))
+        rows = self.read("SELECT * FROM runs WHERE id = ?", (int(run_id),))
         return _run(rows[0], full=True) if rows else None
 
     def metrics(self, run_id: int, since_id: int = 0, limit: int | None = None) -> list[dict]:
         """A run's metric rows after ``since_id`` (for polling), oldest first: ``id``,
         ``METRIC_COLUMNS`` and ``nonfinite``; at most ``limit`` of them (a page), if given."""
-        rows = self._read(
+        rows = self.read(
             f"SELECT id, {', '.join(METRIC_COLUMNS)}, nonfinite FROM metrics"
             " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
             (int(run_id), int(since_id), -1 if limit is None else int(limit)),
         )
-        return tables.decoded(rows, "extra")
+        return decoded(rows, "extra")
 
     def metric_points(self, run_id: int, since_id: int = 0, limit: int = 5000) -> list[tuple]:
         """A page of a run's metric rows after ``since_id`` as plain tuples ``(id, rank, step,
@@ -303,7 +242,7 @@ class RunStore:
         garbage collector to keep walking, so folding a long run in the Jupyter server does not
         set off a full collection of the server's heap (a pause of its event loop) every few
         pages."""
-        return self._read(
+        return self.read(
             "SELECT id, rank, step, loss, extra FROM metrics"
             " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
             (int(run_id), int(since_id), int(limit)),
@@ -313,7 +252,7 @@ class RunStore:
     def health(self, run_id: int) -> list[dict]:
         """Each rank's latest health (``HEALTH_COLUMNS``), by rank; a column a store of an
         earlier version lacks (``tables.ADDED_COLUMNS``) reads as None."""
-        rows = self._read("SELECT * FROM health WHERE run_id = ? ORDER BY rank", (int(run_id),))
+        rows = self.read("SELECT * FROM health WHERE run_id = ? ORDER BY rank", (int(run_id),))
         if not rows:
             return []
         have = set(rows[0].keys())
@@ -324,7 +263,7 @@ class RunStore:
     ) -> list[dict]:
         """The health samples recorded for a run after ``since_id``, oldest first; at most
         ``limit`` of them (a page), if given."""
-        rows = self._read(
+        rows = self.read(
             "SELECT * FROM health_samples WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
             (int(run_id), int(since_id), -1 if limit is None else int(limit)),
         )
@@ -333,49 +272,26 @@ class RunStore:
     def events(self, run_id: int, since_id: int = 0, limit: int | None = None) -> list[dict]:
         """A run's events after ``since_id``, oldest first: ``id`` and ``EVENT_COLUMNS``; at
         most ``limit`` of them (a page), if given."""
-        rows = self._read(
+        rows = self.read(
             f"SELECT id, {', '.join(EVENT_COLUMNS)} FROM events"
             " WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
             (int(run_id), int(since_id), -1 if limit is None else int(limit)),
         )
-        return tables.decoded(rows, "data")
+        return decoded(rows, "data")
 
     def latest_events(self, run_id: int, limit: int) -> list[dict]:
         """A run's latest ``limit`` events, oldest first."""
-        rows = self._read(
+        rows = self.read(
             f"SELECT * FROM (SELECT id, {', '.join(EVENT_COLUMNS)} FROM events"
             " WHERE run_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id",
             (int(run_id), int(limit)),
         )
-        return tables.decoded(rows, "data")
+        return decoded(rows, "data")
 
     def count_events(self, run_id: int) -> int:
         """How many events a run has."""
-        rows = self._read("SELECT COUNT(*) FROM events WHERE run_id = ?", (int(run_id),))
+        rows = self.read("SELECT COUNT(*) FROM events WHERE run_id = ?", (int(run_id),))
         return int(rows[0][0]) if rows else 0
-
-
-class _tx:
-    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error): short write transactions."""
-
-    def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
-
-    def __enter__(self):
-        self.conn.execute("BEGIN IMMEDIATE")
-        return self.conn
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            try:
-                self.conn.execute("COMMIT")
-            except sqlite3.Error:  # busy or full: leave no transaction open for the next write
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise
-        elif self.conn.in_transaction:  # SQLite may have rolled back already (a full disk)
-            self.conn.execute("ROLLBACK")
-        return False
 
 
 def _run(r: sqlite3.Row, full: bool = False) -> dict:
@@ -386,7 +302,7 @@ def _run(r: sqlite3.Row, full: bool = False) -> dict:
         out["status"] = "lost"
     out["options"] = json.loads(r["options"] or "{}")
     failures = json.loads(r["failures"] or "[]")
-    out["error"] = tables.error_line(failures)
+    out["error"] = error_line(failures)
     if full:
         out.update({f: r[f] for f in RUN_DETAIL_FIELDS})
         out["failures"] = failures

@@ -17,7 +17,7 @@ that (a store locked for long, a disk slower than the run), new rows are dropped
 (``dropped``) and said once in a warning, rather than making the caller wait: the caller is the
 kernel's poll loop, which also watches the ranks for failures and draws the board, and waiting
 there would only move the queue into the engines' unread batches. A record the store cannot keep
-(``tables.BadValue``: a step past 2**63, a time that is not a number) is left out alone, counted
+(``rows.BadValue``: a step past 2**63, a time that is not a number) is left out alone, counted
 (``refused``) and said once; the records written with it are kept. ``close()`` says the totals
 if more were lost after the first warning.
 """
@@ -35,8 +35,8 @@ from typing import Any
 
 from ..errors import UsageError
 from .events import MetricRecord, RunEvent, WorkerHealth
+from .rows import Refused
 from .store import RunStore
-from .tables import Refused
 
 #: Longest pause between two tries at writing to a locked store, in seconds.
 MAX_PAUSE = 2.0

@@ -16,8 +16,9 @@ import pytest
 from conftest import wait_until
 
 from nbdist.errors import UsageError
+from nbdist.telemetry.database import default_path
 from nbdist.telemetry.events import HEALTH_COLUMNS, MetricRecord, RunEvent, WorkerHealth
-from nbdist.telemetry.store import RunStore, default_path
+from nbdist.telemetry.store import RunStore
 from nbdist.telemetry.writer import StoreWriter
 
 
@@ -336,8 +337,8 @@ def test_unwritable_store_is_reported_once_and_nothing_raises(tmp_path):
 class _TinyDisk(RunStore):
     """A store whose file may not grow past a few pages: SQLite's 'database or disk is full'."""
 
-    def _conn(self, create):
-        conn = super()._conn(create)
+    def connect(self, create):
+        conn = super().connect(create)
         if conn is not None:
             conn.execute("PRAGMA max_page_count = 12")
         return conn

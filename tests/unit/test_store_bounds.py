@@ -16,7 +16,7 @@ import time
 import pytest
 from conftest import wait_until
 
-from nbdist.telemetry import tables
+from nbdist.telemetry import rows
 from nbdist.telemetry.events import MetricRecord, RunEvent, WorkerHealth
 from nbdist.telemetry.store import RunStore
 from nbdist.telemetry.writer import StoreWriter
@@ -79,10 +79,10 @@ def test_metric_samples_and_health_measures_that_are_not_finite_are_null(tmp_pat
 def test_a_record_the_store_cannot_keep_is_refused_alone(tmp_path, bad, words):
     s = RunStore(tmp_path / "runs.sqlite")
     rid = s.start_run()
-    with pytest.raises(tables.BadValue, match=words.replace("*", r"\*")):
+    with pytest.raises(rows.BadValue, match=words.replace("*", r"\*")):
         s.add_metric_records(rid, [(0, [_rec(0), bad, _rec(2)])])
     assert s.metrics(rid) == []  # asked strictly: nothing of the batch is written
-    refused = tables.Refused()
+    refused = rows.Refused()
     s.add_metric_records(rid, [(0, [_rec(0), bad]), (1, [_rec(2)])], refused=refused)
     assert [(r["rank"], r["step"]) for r in s.metrics(rid)] == [(0, 0), (1, 2)]
     assert refused.count == 1 and words in refused.first
@@ -91,7 +91,7 @@ def test_a_record_the_store_cannot_keep_is_refused_alone(tmp_path, bad, words):
 def test_events_and_health_of_a_bad_time_or_rank_are_refused_alone(tmp_path):
     s = RunStore(tmp_path / "runs.sqlite")
     rid = s.start_run()
-    refused = tables.Refused()
+    refused = rows.Refused()
     s.add_events(
         rid,
         [RunEvent(1.0, "a", None, "", None), RunEvent(INF, "b", 0, "", None)],
