@@ -60,7 +60,9 @@ def reporting_available() -> bool:
     """True once ``nbdist.report`` exists (built by the dashboard's issue)."""
     import nbdist
 
-    return "report" in nbdist._PUBLIC and bool(importlib.util.find_spec("nbdist.worker.reporter"))
+    return "report" in nbdist._PUBLIC and bool(
+        importlib.util.find_spec("nbdist.worker.reporting.calls")
+    )
 
 
 def _args(model: str, s: Sizes, threads: int) -> dict:

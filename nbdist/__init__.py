@@ -50,7 +50,7 @@ _PUBLIC = {
     "prepare": "nbdist.worker.train.prepare",
     "loader": "nbdist.worker.shards",
     "train_step": "nbdist.worker.train.step",
-    "report": "nbdist.worker.reporter",
+    "report": "nbdist.worker.reporting.calls",
     "checkpoint": "nbdist.worker.checkpoint.save",
     "restore": "nbdist.worker.checkpoint.save",
     "restored": "nbdist.worker.checkpoint.save",

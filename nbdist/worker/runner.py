@@ -20,10 +20,11 @@ import traceback
 from ..errors import CheckpointWriteError, NbdistError
 from ..frames import is_user, package
 from ..protocol import CellOutcome, CellRequest, PackedValue, Program
-from . import console, host, rendezvous, reporter, script, state, trials
+from . import console, host, rendezvous, script, state, trials
 from .checkpoint import save as checkpoint
 from .debug import postmortem, stacks
 from .debug import profile as profiler
+from .reporting import sender
 from .values import portable
 
 
@@ -138,7 +139,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
     began = time.monotonic()
     try:
         # ties nbdist.report()'s batches to this request, and samples health while it runs
-        reporter.begin_cell(req.telemetry)
+        sender.begin_cell(req.telemetry)
         if req.group is not None:
             rendezvous.form(req.group, req.group_timeout)
         bound = trials.begin(req.trial)
@@ -155,7 +156,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
     finally:
         profiled = profiler.finish() if req.profile else None
         trials.end(req.trial, bound)
-        reporter.end_cell()  # the last records go out before the reply
+        sender.end_cell()  # the last records go out before the reply
         sys.stdout.flush()
         sys.stderr.flush()
         host.release_heap(time.monotonic() - began)  # what the cell freed, back to the OS

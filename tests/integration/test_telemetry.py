@@ -67,7 +67,7 @@ def test_health_flows_without_report(cluster):
     assert len(mon.writer.store.health(mon.run_id)) == 2
 
 
-_BATCHES = "from nbdist.worker import reporter as _r\n_r._reporter.seq"  # batches sent so far
+_BATCHES = "from nbdist.worker.reporting import sender as _s\n_s.engine.seq"  # batches sent so far
 
 
 def test_a_cell_nobody_watches_sends_nothing_and_one_watched_briefly_sends_one_batch(cluster):

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"not installed: {_MISSIN
 
 CELL = """%%distributed --no-dashboard {flags}
 import time
-from nbdist.worker.reporter import event
+from nbdist.worker.reporting.calls import event
 for i in range(20):
     nbdist.report(step=i, loss=1.0 / (i + 1) + nbdist.rank(), samples=4, acc=i / 20)
     if i == 10:

@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UsageError
-from .. import context, reporter
+from .. import context
+from ..reporting.calls import event
 from ..state import engine
 from . import contents, files, owner, sharded, statedicts
 
@@ -67,7 +68,7 @@ def _folder(dir: Folder, run: str | None) -> Path:
         engine.claimed.add(claim)
         if note:
             print(note)
-            reporter.event("fresh", note)  # every note says the run starts afresh
+            event("fresh", note)  # every note says the run starts afresh
     return folder
 
 
@@ -224,9 +225,7 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
     buf = io.BytesIO()
     torch.save(payload, buf)
     files.write(folder, step, buf.getvalue())
-    reporter.event(
-        "checkpoint", f"checkpoint of step {step} written", step=step, folder=str(folder)
-    )
+    event("checkpoint", f"checkpoint of step {step} written", step=step, folder=str(folder))
     files.prune(folder, keep)
 
 
@@ -333,7 +332,7 @@ def _resumed(step: int, mine: dict | None, gens: dict, rank: int) -> int:
         for k, g in gens.items():
             g.set_state(mine["generators"][k])
     if rank == 0:  # the dashboard and the run store show where the run picked up
-        reporter.event("resumed", f"resumed from the checkpoint of step {step}", step=step + 1)
+        event("resumed", f"resumed from the checkpoint of step {step}", step=step + 1)
     return step + 1
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import CheckpointWriteError, NbdistError, UsageError
-from .. import reporter
+from ..reporting.calls import event
 from ..state import engine
 from . import files, statedicts
 
@@ -171,7 +171,7 @@ def save(step: int, folder_of: Callable[[], Path], keep: int, state: dict, recor
     _from_rank0(finish)  # every rank raises rank 0's failure to commit
     if rank == 0:
         written = f"checkpoint of step {step} written"
-        reporter.event("checkpoint", written, step=step, folder=str(folder))
+        event("checkpoint", written, step=step, folder=str(folder))
         files.prune(folder, keep)
 
 

@@ -1,8 +1,8 @@
 """torch.profiler on this rank, for a cell or its first steps (``%%distributed --profile``).
 
 ``start(steps)`` opens the profiler before the cell's code runs: ``True`` for the whole cell, or
-``N`` for N steps (after the first), a step ending at each ``report()`` call (the reporter calls
-``step()``);
+``N`` for N steps (after the first), a step ending at each ``report()`` call (``reporting.calls``
+calls ``step()``);
 ``finish()`` closes it when the cell ends and says what it saw as a ``ProfileResult``: the
 window's wall time and steps, the time spent loading data (``DataLoader`` iteration), each
 collective's duration (gloo's, NCCL's and DDP's through shared memory, in the order they
@@ -22,8 +22,8 @@ import time
 from collections.abc import Iterator
 
 from ...protocol import ProfileResult
-from .. import reporter
 from ..collectives import group
+from ..reporting.calls import on_step
 
 _MAX_TRACE = 64 * 2**20  # bytes of compressed trace sent to the notebook, at most
 _COLLECTIVES = ("gloo:", "nccl:", f"{group.NAME}:")  # the last: DDP's through shared memory
@@ -127,14 +127,14 @@ def start(steps: int | bool) -> None:
     """Profile this rank from now: for the whole cell (``True``) or its first ``steps``."""
     global _window
     _window = _Window(steps)
-    reporter.on_step(_window.step)
+    on_step(_window.step)
 
 
 def finish() -> ProfileResult | None:
     """Stop profiling; what the profiler saw (None if it was not running)."""
     global _window
     window, _window = _window, None
-    reporter.on_step(None)
+    on_step(None)
     if window is None:
         return None
     try:

@@ -4,8 +4,9 @@
 signal the interpreter itself writes every thread's Python stack into a pipe, from the signal
 handler, whatever the main thread is doing (it needs no lock and no bytecode to run). A daemon
 thread (``nbdist-stacks``) reads the pipe, turns the text into ``RankStacks`` and sends it to the
-notebook tied to the running cell (``reporter.publish``), where the supervisor reads it before it
-stops the rank. Between cells, ``current()`` answers the same from ``sys._current_frames()``.
+notebook tied to the running cell (``reporting.sender.publish``), where the supervisor reads it
+before it stops the rank. Between cells, ``current()`` answers the same from
+``sys._current_frames()``.
 
 When the main thread holds the interpreter's lock in C code, the reading thread cannot run: the
 notebook then reads the process from outside (``py-spy``, where installed) or says so.
@@ -25,7 +26,8 @@ import time
 
 from ...frames import is_user
 from ...protocol import STACKS_KEY, STACKS_SIGNAL, FrameRecord, RankStacks, ThreadStack
-from .. import reporter, state
+from .. import state
+from ..reporting import sender
 
 _QUIET = 0.1  # seconds without more text that end one dump
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")
@@ -104,7 +106,7 @@ def _serve(read: int) -> None:
         text = b"".join(chunks).decode("utf-8", "replace")
         try:
             stacks = RankStacks(_rank(), tuple(parse(text, _program())))
-            reporter.publish({f"{STACKS_KEY}{os.getpid()}:{next(_seq)}": stacks})
+            sender.publish({f"{STACKS_KEY}{os.getpid()}:{next(_seq)}": stacks})
         except Exception:  # never let a dump kill the thread: the next one is read
             time.sleep(_QUIET)
 

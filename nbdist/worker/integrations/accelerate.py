@@ -19,7 +19,7 @@ from typing import Any
 
 from accelerate.tracking import GeneralTracker
 
-from ..reporter import report
+from ..reporting.calls import report
 from . import is_loss, loss_value, number, numbers, on_engine, whole
 
 

@@ -25,7 +25,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from .. import state
-from ..reporter import report
+from ..reporting.calls import report
 from . import is_loss, loss_value, numbers, on_engine, whole
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from ..reporter import report
+from ..reporting.calls import report
 from . import loss_value, numbers, on_engine
 
 _RENAMED = {"learning_rate": "lr"}

@@ -43,7 +43,8 @@ import torch.distributed as dist
 from ...errors import UsageError
 from ...launch import params as service
 from ...telemetry.events import GOES_ON_KEY
-from .. import context, reporter
+from .. import context
+from ..reporting.calls import event
 
 #: Seconds between two ``sync`` events of one rank at least.
 EVENT_INTERVAL = 2.0
@@ -305,7 +306,7 @@ class Exchange:
             return
         self.last_event = now
         c, (last, worst) = self.counts, self.staleness
-        reporter.event(
+        event(
             "sync",
             f"async rank {self.rank}: {c['applied']} changes applied (staleness {last}, at most "
             f"{worst}), {c['dropped']} dropped as staler than {self.max_staleness}, "

@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 
 from ...errors import UsageError
-from .. import reporter
+from ..reporting.calls import event
 from ..state import engine
 from . import asynchronous, gossip
 
@@ -340,7 +340,7 @@ class Synchronizer:
         tail = f" (largest of {n} syncs)" if n > 1 else ""
         if self.ring is not None:
             tail = f" (measured at every {gossip.DRIFT_EVERY}th sync)"
-        reporter.event(
+        event(
             "sync",
             f"{self.opts.mode} sync {self.syncs} after step {self.steps}: ranks drifted "
             f"{worst:.3g} apart{tail}",
