@@ -66,6 +66,12 @@ def trim(text: str, head: int = 40, tail: int = 20) -> str:
     return "\n".join(lines[:head] + [f"... ({cut} lines cut) ..."] + lines[-tail:])
 
 
+def trim_repr(value: object, width: int = 40) -> str:
+    """``repr(value)``, cut to ``width`` characters (for one-line errors)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def group_failures(failures: Iterable[RankFailure]) -> list[tuple[list[int], RankFailure]]:
     """Group identical failures; root causes first (earliest first), bystanders last."""
     groups: dict[tuple[str, str], list[RankFailure]] = {}

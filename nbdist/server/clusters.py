@@ -1,10 +1,12 @@
 """The server's view of the clusters on this machine, and the sidebar's start and stop actions.
 
-Two sources: the records of cluster hosts (clusters started from the sidebar, see ``registry``)
-and ipyparallel's cluster files in nbdist's profile (every nbdist cluster has one, including those
-a notebook kernel started with ``%nbdist start``). Starting a cluster spawns a host process and
-returns at once: the server never imports torch nor waits for engines. Listing writes nothing
-(the sidebar polls it); a data folder that is not fit is a one-line UsageError.
+Two sources, both on the floor (``records``): the records of cluster hosts (clusters started
+from the sidebar, ``registry``) and ipyparallel's cluster files in nbdist's profile (``profile``:
+every nbdist cluster has one, including those a notebook kernel started with ``%nbdist start``),
+with the Slurm job that holds a kernel's engines (``slurm``). Starting a cluster spawns a host
+process (``python -m nbdist.host``) and returns at once: the server never imports the kernel's
+code nor torch, nor waits for engines. Listing writes nothing (the sidebar polls it); a data
+folder that is not fit is a one-line UsageError.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from pathlib import Path
 
 import psutil
 
-from .. import config, datadir
-from ..errors import trim
-from . import registry
+from .. import datadir
+from ..errors import trim, trim_repr
+from ..records import registry, slurm
+from ..records.profile import profile_path
 
 #: How long the sidebar shows a host that failed to start.
 FAILED_SHOWN_FOR = 600.0
@@ -36,38 +39,6 @@ class ClusterError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
-
-
-def max_engines() -> int:
-    """The most engines a cluster on this machine may have (``config.engine_limit``)."""
-    return config.engine_limit(config.cpu_count())
-
-
-def parse_count(value: object, high: int | None = None) -> int:
-    """The engine count from a request (1 to ``high``, default ``max_engines()``), or a
-    ClusterError that names the problem and the fix."""
-    high = max_engines() if high is None else high
-    n = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    elif isinstance(value, str) and re.fullmatch(r"\s*[0-9]{1,9}\s*", value):
-        n = int(value)
-    elif isinstance(value, float) and value.is_integer():
-        n = int(value)
-    if n is None or not 1 <= n <= high:
-        shown = trim_repr(value)
-        raise ClusterError(
-            400,
-            f"the number of engines must be a whole number from 1 to {high} (this machine's "
-            f"CPUs x {config.ENGINES_PER_CPU}, at least {config.MIN_ENGINE_LIMIT}), not {shown}",
-        )
-    return n
-
-
-def trim_repr(value: object, width: int = 40) -> str:
-    """``repr(value)``, cut to ``width`` characters (for one-line errors)."""
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 class Clusters:
@@ -85,7 +56,7 @@ class Clusters:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "nbdist.server.host", "--n", str(n)],
+                [sys.executable, "-m", registry.HOST_MODULE, "--n", str(n)],
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=subprocess.STDOUT,
@@ -192,10 +163,6 @@ class Clusters:
 
     def _kernel_clusters(self, known_ids: set[str], host_pids: set[int]) -> list[dict]:
         """Clusters whose controller runs, from ipyparallel's cluster files in nbdist's profile."""
-        from ..notebook.cluster.engines.processes import (
-            profile_path,  # neither ipyparallel nor torch
-        )
-
         profile = profile_path()
         out = []
         for f in sorted((profile / "security").glob("cluster-*.json")):
@@ -244,8 +211,6 @@ def _slurm_job(cluster: dict) -> dict | None:
     job_id, now = ids[-1], time.monotonic()
     when, job = _JOBS.get(job_id, (0.0, None))
     if now - when > JOB_FRESH_FOR:
-        from ..notebook.cluster.engines.remote import slurm  # neither ipyparallel nor torch
-
         info = slurm.query(job_id)
         job = {"id": job_id, "state": "gone", "reason": "", "time_left": "", "line": ""}
         if info is not None:

@@ -52,11 +52,12 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
-from ..errors import UsageError
+from ..errors import UsageError, trim_repr
+from ..records.limits import parse_count
 from ..telemetry.series import MAX_METRICS
 from ..telemetry.store import RunStore
 from . import pages
-from .clusters import ClusterError, Clusters, parse_count, trim_repr
+from .clusters import ClusterError, Clusters
 from .curves import MAX_POINTS, SeriesCache
 
 #: ``auth_resource`` of the handlers, for Jupyter's authorizer (actions: read, write, execute).
@@ -183,8 +184,8 @@ class ClustersHandler(_Base):
             raise tornado.web.HTTPError(400, 'say how many engines to start: {"n": 2}')
         try:
             n = parse_count(body["n"])
-        except ClusterError as e:
-            raise tornado.web.HTTPError(e.status, str(e)) from None
+        except UsageError as e:
+            raise tornado.web.HTTPError(400, str(e)) from None
         self._send(await self._act(self.clusters.start, n), status=202)
 
 

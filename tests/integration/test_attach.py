@@ -1,6 +1,6 @@
 """``%nbdist attach``: a notebook kernel uses a cluster that a cluster host (the sidebar's) holds.
 
-A real host process (``python -m nbdist.server.host``) and a real kernel: attach, run collectives,
+A real host process (``python -m nbdist.host``) and a real kernel: attach, run collectives,
 lose an engine and get a fresh one from the host, detach (the cluster runs on), attach again,
 and stop the host (everything it started goes away).
 """
@@ -18,7 +18,7 @@ import psutil
 import pytest
 from conftest import assert_gone, start_kernel, wait_until
 
-from nbdist.server import registry
+from nbdist.records import registry
 
 ALL_REDUCE = (
     "%%distributed\nimport torch\nz = torch.ones(1)\ntorch.distributed.all_reduce(z)\nz.item()"
@@ -28,7 +28,7 @@ ALL_REDUCE = (
 @pytest.fixture(scope="module")
 def host():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nbdist.server.host", "--n", "2"], stdin=subprocess.DEVNULL
+        [sys.executable, "-m", "nbdist.host", "--n", "2"], stdin=subprocess.DEVNULL
     )
     try:
         rec = wait_until(
@@ -128,7 +128,7 @@ def test_the_host_refuses_more_engines_than_the_machine_takes(host):
     """The control socket's spawn is bounded like the sidebar's start: CPUs x 4, at least 8."""
     from nbdist.errors import NbdistError
     from nbdist.notebook.cluster.engines.hosted import ask
-    from nbdist.server.clusters import max_engines
+    from nbdist.records.limits import max_engines
 
     proc, rec = host
     high = max_engines()

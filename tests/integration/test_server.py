@@ -19,8 +19,9 @@ import tornado.web
 from conftest import assert_gone
 from tornado.httpclient import HTTPClientError
 
-from nbdist.server import handlers, registry
-from nbdist.server.clusters import max_engines
+from nbdist.records import registry
+from nbdist.records.limits import max_engines
+from nbdist.server import handlers
 from nbdist.telemetry.store import RunStore
 
 API = ("nbdist", "api")
@@ -336,7 +337,7 @@ def test_host_reports_a_failed_start(data_dir):
     import subprocess
 
     p = subprocess.run(
-        [sys.executable, "-m", "nbdist.server.host", "--n", "0"],
+        [sys.executable, "-m", "nbdist.host", "--n", "0"],
         capture_output=True,
         text=True,
         timeout=120,

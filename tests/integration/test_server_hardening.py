@@ -26,6 +26,7 @@ from test_server import fetch_error, fetch_json
 import nbdist
 from nbdist import datadir
 from nbdist.errors import UsageError
+from nbdist.records import limits
 from nbdist.server import clusters, handlers
 from nbdist.telemetry.store import RunStore
 
@@ -257,7 +258,7 @@ async def test_bad_input_is_400_in_one_line(jp_fetch, data_dir, method, parts, p
 
 
 async def test_the_engine_limit_is_this_machines(jp_fetch, data_dir):
-    high = clusters.max_engines()
+    high = limits.max_engines()
     assert high == max(8, 4 * len(os.sched_getaffinity(0)))
     code, message = await fetch_error(
         jp_fetch, "clusters", method="POST", body=json.dumps({"n": high + 1})

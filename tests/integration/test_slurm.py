@@ -266,7 +266,7 @@ def test_a_job_ended_from_outside_is_named_and_resumed_on_a_new_job(slurm, in_tm
 
 
 def test_the_job_line_reads_a_real_job(slurm, in_tmp):
-    from nbdist.notebook.cluster.engines.remote import slurm as sl
+    from nbdist.records import slurm as sl
 
     done = slurm.run("sbatch", "--time=5", "-o", os.devnull, "--wrap=sleep 60")
     job_id = done.stdout.split()[-1]
@@ -290,7 +290,7 @@ def test_the_job_line_reads_a_real_job(slurm, in_tmp):
 
 
 def test_a_requeued_job_is_named_requeued_from_its_first_state_after(slurm, in_tmp):
-    from nbdist.notebook.cluster.engines.remote import slurm as sl
+    from nbdist.records import slurm as sl
 
     done = slurm.run("sbatch", "--requeue", "-o", os.devnull, "--wrap=sleep 60")
     job_id = done.stdout.split()[-1]
@@ -309,7 +309,7 @@ def test_a_requeued_job_is_named_requeued_from_its_first_state_after(slurm, in_t
 
 # -- pure: the scheduler's words, checked without a scheduler -----------------------------------
 def test_slurm_times_are_checked_and_durations_read_as_squeue_writes_them():
-    from nbdist.notebook.cluster.engines.remote import slurm as sl
+    from nbdist.records import slurm as sl
     from nbdist.remote_config import slurm_time
 
     for ok in ("30", "30:00", "1:30:00", "2-00", "2-12:30", "2-12:30:15", "UNLIMITED", 45):
@@ -338,7 +338,7 @@ def test_slurm_times_are_checked_and_durations_read_as_squeue_writes_them():
 
 def test_scheduler_options_reach_the_batch_script(tmp_path):
     from nbdist.notebook.cluster.engines.remote import launchers
-    from nbdist.notebook.cluster.engines.remote import slurm as sl
+    from nbdist.records import slurm as sl
 
     opts = launchers.launcher_options(
         "slurm",

@@ -30,7 +30,7 @@ from nbdist.protocol import (
     RankInfo,
     SlotRecord,
 )
-from nbdist.server import registry
+from nbdist.records import registry
 
 ENGINE_SETS = [LocalEngines, RemoteEngines, HostedEngines]
 

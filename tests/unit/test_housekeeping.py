@@ -140,7 +140,7 @@ def test_a_dead_kernels_cluster_files_go_and_a_live_ones_stay(root):
     dead_files = cluster_files(root, dead, dead_pid())
     live_files = cluster_files(root, live, os.getpid())  # this process: a running controller
     host = subprocess.Popen(  # a live cluster host, as registry.host_alive knows one
-        [sys.executable, "-c", "import sys; sys.stdin.read()", "nbdist.server.host"],
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "nbdist.host"],
         stdin=subprocess.PIPE,
     )
     try:

@@ -227,7 +227,7 @@ def test_no_circle_in_the_sidebar():
 
 #: The floor: what both sides stand on. It imports neither side.
 FLOOR = ("protocol", "wire", "errors", "config", "remote_config", "validate", "paths", "datadir",
-         "telemetry", "frames")  # fmt: skip
+         "telemetry", "frames", "records")  # fmt: skip
 
 
 def test_engine_code_never_imports_kernel_code_and_the_floor_neither_side():
@@ -240,6 +240,40 @@ def test_engine_code_never_imports_kernel_code_and_the_floor_neither_side():
     sides = (*kernel, "nbdist.worker")
     crossing = {m: sorted(i for i in GRAPH[m] if i.startswith(sides)) for m in floor}
     assert {m: v for m, v in crossing.items() if v} == {}
+
+
+#: The kernel, the Jupyter server and the cluster host: which of the others each may import
+#: (all of them the floor). The host holds a cluster as a kernel does, so it stands on the
+#: kernel; the server reads clusters from the floor's ``records`` and starts a host by its
+#: module's name. Nothing imports the host.
+PROCESSES = {"notebook": (), "server": (), "host": ("notebook",)}
+
+
+def _top(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def test_kernel_server_and_host_import_only_what_they_stand_on():
+    assert "nbdist.notebook.session" in GRAPH["nbdist.host.__main__"]
+    assert "nbdist.records.registry" in GRAPH["nbdist.server.clusters"]
+    crossing = {}
+    for m, imported in GRAPH.items():
+        if (top := _top(m)) in PROCESSES:
+            others = set(PROCESSES) - {top, *PROCESSES[top]}
+            if bad := sorted(i for i in imported if _top(i) in others):
+                crossing[m] = bad
+    assert crossing == {}
+    into_host = [f"{m} -> {i}" for m in GRAPH if _top(m) != "host" for i in GRAPH[m]]
+    assert [c for c in into_host if _top(c.rpartition(" ")[2]) == "host"] == []
+
+
+def test_the_floor_and_the_host_import_no_torch_at_import_time():
+    """The host writes its record before its cluster brings torch in; the floor never does."""
+    light = [p for p in MODULES if p.relative_to(PACKAGE).parts[0].removesuffix(".py") in
+             (*FLOOR, "host")]  # fmt: skip
+    assert any(p.parent.name == "records" for p in light)
+    heavy = {_name(p): sorted(_top_level_imports(p) & {"torch"}) for p in light}
+    assert {k: v for k, v in heavy.items() if v} == {}
 
 
 #: Each side's rooms and their floors: a room imports only rooms on a lower floor (or itself).

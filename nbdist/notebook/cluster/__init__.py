@@ -3,5 +3,5 @@
 ``ranks.Ranks`` starts and mends it; ``fanout`` calls many engines with one deadline;
 ``journal`` keeps what fresh engines must be given again; ``hosts``, ``placement`` and
 ``inventory`` decide where ranks run; ``attach`` connects to a cluster the sidebar holds. Knows
-nothing of cells: imports only the floor, ``worker.api`` and ``server.registry``.
+nothing of cells: imports only the floor (host records: ``records.registry``) and ``worker.api``.
 """

@@ -1,6 +1,6 @@
 """``nbdist.attach()``: use, from this notebook, a cluster that a cluster host holds.
 
-A cluster started from the sidebar lives in its own process (``nbdist.server.host``): its
+A cluster started from the sidebar lives in its own process (``nbdist.host``): its
 engines already have their ranks and their process group. Attaching connects this kernel to
 that cluster (``engines.hosted.HostedEngines``), asks each engine which rank it holds, and
 builds an ordinary cluster (a ``ranks.Ranks``) around it, so ``%%distributed`` cells, failure
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ...config import ClusterConfig
 from ...errors import NbdistError
 from ...protocol import EngineIdentity, Inventory
-from ...server import registry
+from ...records import registry
 from ...worker import api
 from . import fanout, placement
 from .engines import forks

@@ -5,5 +5,5 @@ is in use now (running clusters and hosts, by the PIDs their records name; runni
 kernel's own cluster); ``plan`` applies ``config.Retention`` to both: what would go, with sizes,
 freed only when asked; ``gc`` is ``nbdist.gc()``, ``%nbdist gc`` and ``%nbdist status``'s line.
 A room above ``session`` (it asks for the kernel's cluster), beneath ``magics``; it imports
-``cluster/`` (the profile, the logs), ``server.registry`` (host records) and the floor.
+``cluster/`` (the engine logs), ``records.registry`` (host records) and the rest of the floor.
 """

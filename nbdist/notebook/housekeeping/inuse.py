@@ -3,7 +3,7 @@
 - A cluster runs while the controller its cluster file (``profile/security/cluster-<id>.json``)
   names runs: the process, not a zombie, as the server's cluster list judges it. A pid given to
   another process since keeps that cluster's files too: the safe side.
-- A cluster host (the sidebar's) runs while ``server.registry.host_alive`` says so; its cluster
+- A cluster host (the sidebar's) runs while ``records.registry.host_alive`` says so; its cluster
   with it.
 - A run runs while the run store says ``running`` (its writer touched it in the last minute):
   its cluster, its sweep trial's checkpoint folder (``<sweep>-<trial>``).
@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from ...server import registry
+from ...records import registry
 
 #: Seconds during which a new file is never judged (a cluster starting, a checkpoint written).
 GRACE = 120.0

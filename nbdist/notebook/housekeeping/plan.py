@@ -11,7 +11,7 @@
 - logs: the log folders (and controller logs) of clusters that are gone, beyond the last
   ``keep_logs`` clusters'; logs kept that are over ``log_bytes`` are rotated (``engines.logs``);
 - clusters: what clusters and hosts that are gone left: cluster and connection files, hub
-  states, a dead host's record, socket and lease (``server.registry.remove``).
+  states, a dead host's record, socket and lease (``records.registry.remove``).
 
 ``Plan.free`` looks again first (``recheck``) and frees only what the plan showed and the rule
 still lets go now: a cluster started since keeps its files.
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...config import Retention
-from ...server import registry
+from ...records import registry
 from ...telemetry.store import RunStore
 from ..cluster.engines import logs
 from .census import Census, Entry, human
@@ -219,7 +219,7 @@ def make(
     store: RunStore | None = None,
 ) -> Plan:
     """What ``rule`` frees of the data folder ``census`` found (``config.data_dir()``: a dead
-    host's files go through ``server.registry``), keeping what ``use`` says is in use; ``runs``
+    host's files go through ``records.registry``), keeping what ``use`` says is in use; ``runs``
     (the store's, as ``list_runs`` gives them; None: unknown) to judge runs, deleted through
     ``store`` (default: the data folder's)."""
     store = store or RunStore(census.root / "runs.sqlite")

@@ -1,7 +1,7 @@
 """``HostedEngines``: engines that a cluster host holds (the sidebar's "Start cluster"), used
 from this kernel (an ``EngineSet`` that owns nothing: ``stop`` only disconnects).
 
-The host (``nbdist.server.host``) is asked for more engines, and tells of engine deaths, over
+The host (``nbdist.host``) is asked for more engines, and tells of engine deaths, over
 its control socket (owner-only, beside its record): one JSON line a request.
 
 One notebook at a time: two kernels driving the same engines would deadlock each other's
@@ -26,7 +26,7 @@ import psutil
 from ....config import ClusterConfig
 from ....errors import NbdistError, UsageError
 from ....protocol import HostRecord
-from ....server import registry
+from ....records import registry
 from .base import EngineExit, OnThisMachine
 from .processes import Pids, close_quietly
 

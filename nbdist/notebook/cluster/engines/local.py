@@ -1,6 +1,6 @@
 """Local engines: an ipyparallel controller here, with engines forked on this machine.
 
-Each cluster lives in nbdist's own profile directory (``processes.profile_dir``: mode 0700, so
+Each cluster lives in nbdist's own profile directory (``records.profile.profile_dir``: mode 0700, so
 connection files are readable by their owner alone), whose config files tie the controller and
 the engines to this kernel's life.
 
@@ -22,6 +22,7 @@ import psutil
 
 from .... import config
 from ....errors import NbdistError
+from ....records.profile import profile_dir
 from . import forks
 from .base import EngineExit, OnThisMachine
 from .logs import LogCap, cluster_logs, rotated
@@ -31,7 +32,6 @@ from .processes import (
     controller_config,
     owner_only,
     private_dir,
-    profile_dir,
     reap,
     remove_cluster_files,
     tree,

@@ -1,10 +1,10 @@
 """Processes and files of nbdist's clusters on this machine, shared by every engine set.
 
-nbdist's ipyparallel profile (``profile_dir``) is private to its owner and ties each controller
-and engine to the kernel that started it (``nbdist.launch.lifeline``). Processes are only ever ended
-by PID, and only those an engine set knows it started (``signal_own``, ``reap``); a ``Pids`` holds
-each as first seen, so a signal never reaches a later process given the same pid. Imports no
-ipyparallel and no torch: the Jupyter server uses ``profile_path`` too.
+nbdist's ipyparallel profile (``records.profile``) is private to its owner and ties each
+controller and engine to the kernel that started it (``nbdist.launch.lifeline``). Processes are
+only ever ended by PID, and only those an engine set knows it started (``signal_own``,
+``reap``); a ``Pids`` holds each as first seen, so a signal never reaches a later process given
+the same pid. Imports no ipyparallel and no torch.
 """
 
 from __future__ import annotations
@@ -19,15 +19,8 @@ from pathlib import Path
 
 import psutil
 
-from .... import config, datadir
+from .... import datadir
 from ....launch.lifeline import identity
-
-#: Written into the profile's controller and engine config files.
-CONFIG_FILE = """\
-# Written by nbdist: controller and engines leave when the kernel that started them is gone.
-import nbdist.launch.lifeline
-nbdist.launch.lifeline.exit_with_parent()
-"""
 
 
 def controller_config():
@@ -43,22 +36,6 @@ def controller_config():
 def private_dir(path: Path) -> Path:
     """``path``, a folder in the data folder: made (mode 0700) if missing, else left as it is."""
     return datadir.private_dir(path)
-
-
-def profile_path() -> Path:
-    """Where nbdist's ipyparallel profile is, made or not (for readers: nothing is written);
-    a one-line UsageError when the data folder is not fit (``datadir.check``)."""
-    return (datadir.check() or config.data_dir()) / "profile"
-
-
-def profile_dir() -> Path:
-    """nbdist's ipyparallel profile (made if missing): cluster files, connection files, logs."""
-    path = private_dir(datadir.ensure() / "profile")
-    for name in ("ipcontroller_config.py", "ipengine_config.py"):
-        f = path / name
-        if not f.exists() or f.read_text() != CONFIG_FILE:
-            f.write_text(CONFIG_FILE)
-    return path
 
 
 def owner_only(security: Path) -> None:

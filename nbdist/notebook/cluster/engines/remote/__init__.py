@@ -4,6 +4,6 @@
 launchers as nbdist uses them (``ssh``, ``slurm``, ``mpi``, ``local``) and checks their options;
 ``checks`` runs before and just after the engines start (the controller's address, each host
 over ssh, threads per engine, one environment across hosts); ``shell`` runs scripts on a host;
-``slurm`` asks Slurm (the check before submitting, a job's state, cancelling); ``jobs`` keeps a
-scheduler's jobs (queued, ended, cancelled by a guard when the kernel is gone).
+``jobs`` keeps a scheduler's jobs (queued, ended, cancelled by a guard when the kernel is gone),
+asking Slurm through the floor's ``records.slurm``.
 """

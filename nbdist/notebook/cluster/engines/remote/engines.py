@@ -1,11 +1,10 @@
 """``RemoteEngines``: an ipyparallel controller here, engines on other hosts (an ``EngineSet``).
 
-Networking: the controller listens on the address the hosts reach (``checks.choose_ip``);
-messages are signed (checked at start); the connection info reaches the engines in their
-environment, through ssh's standard input: no key is written on the hosts, none shows on a
-command line. MASTER_ADDR is rank 0's host address as the other hosts reach it
-(``address_of``): the host's ``address``, else its ``interface``'s, else the address it reaches
-the controller from.
+Networking: the controller listens on the address the hosts reach (``checks.choose_ip``); messages
+are signed (checked at start); the connection info reaches the engines in their environment,
+through ssh's standard input: no key is written on the hosts, none shows on a command line.
+MASTER_ADDR is rank 0's host address as the other hosts reach it (``address_of``): the host's
+``address``, else its ``interface``'s, else the address it reaches the controller from.
 
 Lifetime: ``stop`` asks the engines to leave, kills the stragglers (through their nanny, then
 over ssh: only processes of this cluster), stops the controller, and removes this cluster's
@@ -32,12 +31,13 @@ import psutil
 from .....config import ClusterConfig, RemoteConfig
 from .....errors import NbdistError, UsageError
 from .....protocol import Inventory
+from .....records import profile, slurm
 from .....worker import api
 from ... import fanout
 from ...hosts import remote_dir_of, ssh_command
 from .. import processes
 from ..base import EngineExit
-from . import checks, jobs, launchers, shell, slurm
+from . import checks, jobs, launchers, shell
 from .jobs import RemoteExit
 
 
@@ -64,7 +64,7 @@ class RemoteEngines:
         self.job_line = self.jobs.status_line  # for %nbdist status: the job, its time left
         self.cluster_id = "nbdist-" + uuid.uuid4().hex[:8]
         processes.tie_to_this_process()  # the local launcher's engines: nbdist.launch.lifeline
-        self._profile = processes.profile_dir()
+        self._profile = profile.profile_dir()
         self.log_dir = processes.private_dir(self._profile / "log" / self.cluster_id)
         self.remote_dir = remote_dir_of(self.remote, self.cluster_id)
         self.client = None

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from .....errors import NbdistError
+from .....records import slurm
 from ..base import EngineExit
-from . import slurm
 
 
 @dataclass(frozen=True)

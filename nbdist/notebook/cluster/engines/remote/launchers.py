@@ -20,8 +20,8 @@ from traitlets import Integer
 
 from .....config import RemoteConfig
 from .....errors import UsageError
+from .....records import slurm
 from .....remote_config import check_launcher_option
-from . import slurm
 
 #: Engines of remote hosts: quiet logs, no IPython history database, and gone ~10 s after the
 #: controller is (the kernel died, or this machine went away): 7 checks missed, each the

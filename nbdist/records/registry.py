@@ -1,10 +1,11 @@
 """Records of the clusters that cluster hosts hold, one JSON file each in ``data_dir()/clusters``.
 
-A cluster host (``nbdist.server.host``, started from the sidebar) writes ``host-<pid>.json`` when
-it starts and rewrites it when its cluster is ready; it removes it when it leaves. Records are
+A cluster host (``nbdist.host``, started from the sidebar) writes ``host-<pid>.json`` when it
+starts and rewrites it when its cluster is ready; it removes it when it leaves. Records are
 written atomically (never half-written) and readable by their owner alone, in a directory of
 mode 0700 that also holds each host's control socket. The server lists these records and
-``nbdist.attach()`` connects a notebook to the cluster one describes. A record is a
+``nbdist.attach()`` connects a notebook to the cluster one describes: on the floor, so that
+host, server and kernel read them without importing each other. A record is a
 ``protocol.HostRecord``; files that do not hold one are skipped. Beside each record, the host's
 lease file (``lease_path``): the attached notebook's lock (see ``engines.hosted.Lease``).
 """
@@ -22,7 +23,8 @@ from .. import config, datadir
 from ..errors import UsageError
 from ..protocol import HostRecord
 
-_HOST_MODULE = "nbdist.server.host"
+#: The module a cluster host runs as (``python -m``): how its process is told from others.
+HOST_MODULE = "nbdist.host"
 
 
 def records_dir(create: bool = False) -> Path:
@@ -73,7 +75,7 @@ def host_process(pid: int | None) -> psutil.Process | None:
         return None
     try:
         p = psutil.Process(pid)
-        if p.status() != psutil.STATUS_ZOMBIE and _HOST_MODULE in " ".join(p.cmdline()):
+        if p.status() != psutil.STATUS_ZOMBIE and HOST_MODULE in " ".join(p.cmdline()):
             return p
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         pass

@@ -2,7 +2,7 @@
 
 The Jupyter server must neither import torch nor wait for engines, so it starts this process::
 
-    python -m nbdist.server.host --n N
+    python -m nbdist.host --n N
 
 which runs ``nbdist.start(n=N)``, writes its record (see ``registry``), and keeps the cluster
 alive until it gets SIGTERM (the sidebar's stop button) or the process that started it (the
@@ -11,7 +11,7 @@ and exits 0. Notebooks use the cluster through ``nbdist.attach()``, which talks 
 over a Unix socket beside the record (owner-only, like the record): one JSON line a request.
 
 ``{"op": "spawn", "n": N}``: start N more engines; the reply ``{"ids": [...], "pids": [...]}``
-(refused when the cluster would have more live engines than ``clusters.max_engines()``).
+(refused when the cluster would have more live engines than ``limits.max_engines()``).
 ``{"op": "watch"}``: the host writes ``{"exit": PID, "status": S}`` for each engine that ends.
 """
 
@@ -31,8 +31,10 @@ from dataclasses import asdict, replace
 import psutil
 
 from .. import config
+from ..errors import UsageError
 from ..protocol import HostRecord, SlotRecord
-from . import clusters, registry
+from ..records import limits, registry
+from ..records.profile import profile_dir
 
 
 class _Control:
@@ -86,16 +88,16 @@ class _Control:
 
     def _spawn(self, count: object) -> dict:
         try:
-            n = clusters.parse_count(count)
-        except clusters.ClusterError as e:
+            n = limits.parse_count(count)
+        except UsageError as e:
             return {"error": str(e)}
         with self._spawning:
             engines = self.cluster.engines
             live = sum(psutil.pid_exists(pid) for pid in engines.engine_pids)
-            if live + n > clusters.max_engines():
+            if live + n > limits.max_engines():
                 return {
                     "error": f"{n} more engines would make {live + n}, more than this machine's "
-                    f"limit of {clusters.max_engines()} (its CPUs x {config.ENGINES_PER_CPU})"
+                    f"limit of {limits.max_engines()} (its CPUs x {config.ENGINES_PER_CPU})"
                 }
             before = set(engines.engine_pids)
             ids = engines.add_engines(n, known=set(engines.client.ids))
@@ -159,7 +161,7 @@ def _watch_parent(stop: threading.Event, period: float = 0.5) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Start the cluster, hold it until told to stop, then stop it; the exit status says how."""
-    p = argparse.ArgumentParser(prog="python -m nbdist.server.host")
+    p = argparse.ArgumentParser(prog="python -m nbdist.host")
     p.add_argument("--n", type=int, required=True, help="number of engines")
     args = p.parse_args(argv)
     stop = threading.Event()
@@ -171,7 +173,6 @@ def main(argv: list[str] | None = None) -> int:
     control = cluster = None
     try:
         from ..notebook import session  # torch comes in here, in this process only
-        from ..notebook.cluster.engines.processes import profile_dir
 
         t0 = time.perf_counter()
         cluster = session.start(n=args.n)

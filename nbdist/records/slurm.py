@@ -1,6 +1,7 @@
 """Slurm as nbdist uses it: the check before submitting, a job's state and time left, its end in
-words, and cancelling it. Imports neither ipyparallel nor torch (the server reads job states
-too); the launcher that writes the batch script is ``launchers.SlurmEngineSetLauncher``.
+words, and cancelling it. On the floor: the kernel submits and watches jobs, the server reads a
+kernel's job state; imports neither ipyparallel nor torch. The launcher that writes the batch
+script is the kernel's (``notebook.cluster.engines.remote.launchers.SlurmEngineSetLauncher``).
 
 Every command runs with a deadline and never prompts; what Slurm says is turned into one line
 naming the job (or the option) and the fix. ``precheck`` asks ``sbatch --test-only`` with the
@@ -16,7 +17,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 
-from .....errors import UsageError
+from ..errors import UsageError
 
 #: Seconds a Slurm command gets (slurmctld answers in milliseconds when it is up).
 COMMAND_TIMEOUT = 20.0
