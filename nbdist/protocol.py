@@ -354,7 +354,7 @@ class SlotRecord:
 
 @dataclass(frozen=True)
 class HostRecord:
-    """A cluster host's record (``server.registry``): written by the host, read by the server
+    """A cluster host's record (``records.registry``): written by the host, read by the server
     to list clusters and by ``nbdist.attach()`` to connect. ``state``: starting, running,
     stopping, failed. Fields after ``started`` are known once the cluster is running."""
 
@@ -386,7 +386,7 @@ class HostRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HostRecord:
-        """The record read from JSON; malformed, it raises what ``server.registry`` catches."""
+        """The record read from JSON; malformed, it raises what ``records.registry`` catches."""
         return _from_dict(
             cls,
             {

@@ -4,7 +4,7 @@ hosts and the scheduler's words), validated when built. ``config.ClusterConfig.r
 Pure: nothing here runs a command. The scheduler's words are nbdist's (``partition``, ``time``,
 ``gpus_per_node``: Slurm's ``--partition``, ``--time`` and ``--gpus-per-node``); what only the
 scheduler can judge (a partition that does not exist, GPUs on a cluster without them) is asked of
-it before submitting (``notebook.cluster.engines.remote.slurm.precheck``).
+it before submitting (``records.slurm.precheck``).
 """
 
 from __future__ import annotations

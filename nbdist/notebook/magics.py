@@ -55,7 +55,7 @@ def _nbdist_parser() -> Parser:
         help="an option of ipyparallel's launcher (repeatable)",
     )
     s.add_argument("--ip", default=None, help="controller address the hosts reach ('*': all)")
-    # the scheduler's words (slurm; see nbdist.notebook.cluster.engines.remote.slurm)
+    # the scheduler's words (slurm; see nbdist.records.slurm)
     s.add_argument("--partition", default=None, help="slurm: the partition to run in")
     s.add_argument("--time", default=None, help="slurm: the job's time limit (30, 1:30:00)")
     s.add_argument(
