@@ -1,4 +1,5 @@
-"""``nbdist.worker.train.sync``'s pure parts: the options' checks and DiLoCo's outer step."""
+"""Sync modes' pure parts: the options' checks (``train.sync_options``) and DiLoCo's outer step
+(``train.sync``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 from nbdist.errors import UsageError
-from nbdist.worker.train import sync
+from nbdist.worker.train import sync, sync_options
 
 OPT = object()  # any optimizer: the checks only ask whether there is one
 
@@ -14,7 +15,7 @@ OPT = object()  # any optimizer: the checks only ask whether there is one
 def check(sync_mode="diloco", **kw):
     args = dict(optimizer=OPT, strategy="ddp", compress=None, precision=None, sync_every=4,
                 sync_warmup=0, outer_lr=None, outer_momentum=None)  # fmt: skip
-    return sync.check_options(sync_mode, **(args | kw))
+    return sync_options.check_options(sync_mode, **(args | kw))
 
 
 def test_ddp_is_no_sync_plan_and_defaults_are_the_papers():

@@ -18,7 +18,7 @@ point, on gloo and NCCL), so the two exchanges overlap, then waits for them. The
 fixed, elementwise, in the tensors' own dtype and in that order (left, own, right, then the
 division), so the result is exactly predictable from the ranks' parameters before the sync.
 
-Drift (the ``sync`` event, ``sync.Synchronizer.drift``): the largest spread over ranks (max -
+Drift (the ``sync`` event, ``drift.Drift.measure``): the largest spread over ranks (max -
 min) of a sample of parameter elements: the farthest a rank is from the ranks' mean, on an
 element, lies between half of it and all of it. Measuring it takes one all-reduce of
 ``2 * DRIFT_SAMPLE`` floats, a global barrier, so a gossip run measures it for the report only,

@@ -27,6 +27,7 @@ from .. import context
 from ..mesh import layout, materialize
 from ..state import engine
 from . import sync as sync_modes
+from . import sync_options
 from .step import Plan
 
 #: Values of ``precision`` (None means fp32).
@@ -126,7 +127,7 @@ def prepare(
         precision, compress, accumulate, strategy, static_graph or find_unused_parameters,
         powersgd_rank, powersgd_warmup,
     )  # fmt: skip
-    local = sync_modes.check_options(
+    local = sync_options.check_options(
         sync, optimizer=optimizer, strategy=strategy, compress=compress, precision=precision,
         sync_every=sync_every, sync_warmup=sync_warmup, outer_lr=outer_lr,
         outer_momentum=outer_momentum, topology=topology, mesh=mesh, model=model,

@@ -1,6 +1,6 @@
 """Local SGD, DiLoCo, gossip: ranks train on their own, sync every ``sync_every`` optimizer steps.
 
-``prepare(model, opt, sync="local_sgd" | "diloco", sync_every=H)`` (``training``) attaches a
+``prepare(model, opt, sync="local_sgd" | "diloco", sync_every=H)`` (``prepare``) attaches a
 ``Synchronizer`` to the model and the optimizer; the training loop stays as it is, because the
 user's own ``opt.step()`` drives it through the optimizer's step hooks:
 
@@ -17,11 +17,8 @@ user's own ``opt.step()`` drives it through the optimizer's step hooks:
 - With ``compress="fp16"``/``"bf16"``, what travels at a sync is ``global - local`` in 16 bits
   (differences are small, so 16 bits lose little of them), then divided by the world size.
 
-Before each sync the ranks measure how far they drifted apart: the largest spread (max - min over
-ranks) of a fixed sample of ``DRIFT_SAMPLE`` parameter elements, spread evenly over the tensors,
-in one all-reduce (MAX) of twice that many floats. Rank 0 reports it as a ``sync`` event
-(dashboard and run store), at most one every ``EVENT_INTERVAL`` seconds: an event covers the
-syncs since the previous one (``syncs``) and carries their largest drift.
+Before each sync the ranks measure how far they drifted apart, and rank 0 reports it as a
+``sync`` event (``drift``). The options are checked before anything moves (``sync_options``).
 
 Checkpoints: the optimizer's ``state_dict()`` carries the synchroniser's state (steps taken,
 syncs done, DiLoCo's global parameters and momentum) under ``STATE_KEY``, as tensors and plain
@@ -36,128 +33,32 @@ and measures the drift at every ``gossip.DRIFT_EVERY``-th sync only: see ``gossi
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from numbers import Real
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ...errors import UsageError
-from ..reporting.calls import event
 from ..state import engine
 from . import asynchronous, gossip
+from .drift import Drift
+from .sync_options import SyncOptions
 
-#: Values of ``sync``.
-SYNCS = ("ddp", "local_sgd", "diloco", "gossip", "async")
-#: DiLoCo's outer optimizer defaults (the paper's).
-OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9
-#: Parameter elements sampled to measure drift.
-DRIFT_SAMPLE = 1024
-#: Seconds between two ``sync`` events at least (syncs in between are folded into the next).
-EVENT_INTERVAL = 0.5
 #: The key of the synchroniser's state in the optimizer's state dict.
 STATE_KEY = "nbdist_sync"
-
-
-@dataclass(frozen=True)
-class SyncOptions:
-    """How the ranks synchronise (``prepare``'s ``sync=`` options, checked)."""
-
-    mode: str
-    every: int
-    warmup: int = 0
-    outer_lr: float = OUTER_LR
-    outer_momentum: float = OUTER_MOMENTUM
-    wire: torch.dtype | None = None  # what a sync's all-reduce sends; None: the parameters' dtype
-    topology: str | None = None  # gossip's
-    max_staleness: int | None = None  # async's (None: its default)
-
-
-def _whole(name: str, value: Any, least: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise UsageError(f"{name} must be a whole number >= {least}, not {value!r}")
-
-
-def _number(name: str, value: Any, shown: str, within: Callable[[float], bool]) -> float:
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not within(value):
-        raise UsageError(f"{name} must be a number in {shown}, not {value!r}")
-    return float(value)
-
-
-def check_options(
-    sync: str,
-    *,
-    optimizer: Any,
-    strategy: str,
-    compress: str | None,
-    precision: str | None,
-    sync_every: int | None,
-    sync_warmup: int,
-    outer_lr: float | None,
-    outer_momentum: float | None,
-    topology: str | None = None,
-    mesh: Any = None,
-    model: Any = None,
-    max_staleness: int | None = None,
-) -> SyncOptions | None:
-    """``prepare``'s ``sync=`` options as ``SyncOptions`` (None for ``"ddp"``), or a one-line
-    ``UsageError`` naming the allowed values, before anything moves."""
-    if sync not in SYNCS:
-        raise UsageError(f"sync must be one of {SYNCS}, not {sync!r}")
-    if sync != "diloco" and (outer_lr, outer_momentum) != (None, None):
-        raise UsageError(
-            f"outer_lr and outer_momentum are DiLoCo's: use sync='diloco', not {sync!r}"
-        )
-    if sync != "gossip" and topology is not None:
-        raise UsageError(f"topology= is gossip's: use sync='gossip', not {sync!r}")
-    asynchronous.check_options(max_staleness, sync=sync, compress=compress, mesh=mesh, model=model)
-    if sync == "ddp":
-        if sync_every is not None or sync_warmup != 0:
-            raise UsageError(
-                "sync_every and sync_warmup apply to sync='local_sgd', 'diloco', 'gossip' or "
-                "'async' (sync='ddp' synchronises every step)"
-            )
-        return None
-    if sync_every is None:
-        raise UsageError(
-            f"sync={sync!r} needs sync_every=H: optimizer steps between syncs, e.g. 16"
-        )
-    _whole("sync_every", sync_every, 1)
-    _whole("sync_warmup", sync_warmup, 0)
-    lr = OUTER_LR if outer_lr is None else outer_lr
-    lr = _number("outer_lr", lr, "(0, inf)", lambda v: v > 0)
-    mom = OUTER_MOMENTUM if outer_momentum is None else outer_momentum
-    mom = _number("outer_momentum", mom, "[0, 1)", lambda v: 0 <= v < 1)
-    if optimizer is None:
-        raise UsageError(f"sync={sync!r} needs the optimizer: prepare(model, opt, sync={sync!r})")
-    if strategy != "ddp":
-        raise UsageError(f"sync={sync!r} works with strategy='ddp' only, not {strategy!r}")
-    if sync == "gossip":
-        topology = gossip.check_options(topology, compress=compress, mesh=mesh, model=model)
-    if compress == "powersgd":
-        raise UsageError(
-            f"sync={sync!r} sends parameters, not gradients: use compress='fp16' or 'bf16' (or "
-            "None) with it; compress='powersgd' goes with sync='ddp'"
-        )
-    if precision == "fp16":
-        raise UsageError(
-            f"sync={sync!r} with precision='fp16' could skip an overflowing step on one rank only "
-            "and leave the ranks out of step: use precision='bf16'"
-        )
-    wire = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(compress or "")
-    return SyncOptions(sync, sync_every, sync_warmup, lr, mom, wire, topology, max_staleness)
 
 
 class Synchronizer:
     """Local SGD, DiLoCo or gossip for one DDP model and its optimizer (see the module)."""
 
-    def __init__(self, ddp: torch.nn.Module, optimizer: torch.optim.Optimizer, opts: SyncOptions,
-                 reduce: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ddp: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        opts: SyncOptions,
+        reduce: Any,
+    ) -> None:
         self.opts = opts
         self.model = ddp
         self.optimizer = optimizer
@@ -170,14 +71,8 @@ class Synchronizer:
         self.momentum: list[torch.Tensor] | None = None  # diloco's outer momentum
         self.ring = gossip.Ring(self.params + self.buffers) if opts.mode == "gossip" else None
         self.exchange = None  # async's: made last, once nothing here can fail
-        per = max(1, DRIFT_SAMPLE // max(1, len(self.params)))
-        self.sample_at = [
-            torch.linspace(0, p.numel() - 1, min(per, p.numel()), device=p.device).round().long()
-            for p in self.params
-        ]
-        self.pending = (0, 0.0)  # syncs not yet reported, their largest drift
-        self.last_event = -math.inf
-        self.last_times = (0.0, 0.0)  # seconds: the last sync's drift sample, and the whole sync
+        every = gossip.DRIFT_EVERY if self.ring is not None else 1
+        self.drift = Drift(self.params, opts.mode, measured_every=every)
         self.handles = [
             optimizer.register_step_pre_hook(self.before_step),
             optimizer.register_step_post_hook(self.after_step),
@@ -206,7 +101,9 @@ class Synchronizer:
     def comm_hook(self, state, bucket):  # DDP's hook signature; no annotations (DDP checks them)
         """All-reduce gradients during the warm-up; afterwards keep this rank's own."""
         if self.synchronous and self.reduce is None:
-            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
+                allreduce_hook,
+            )
 
             return allreduce_hook(None, bucket)
         if self.synchronous:
@@ -270,12 +167,14 @@ class Synchronizer:
         or gossip: each to the mean of itself and its neighbours."""
         t0 = time.perf_counter()
         measure = self.ring is None or gossip.measures_drift(self.syncs)
-        drift = self.drift() if measure else None
+        drift = self.drift.measure() if measure else None
         t1 = time.perf_counter()
         if self.ring is not None:  # parameters and buffers, point to point
             self.ring.mix_()
         elif self.global_params is None:  # uncompressed local SGD: torch's own utility
-            from torch.distributed.algorithms.model_averaging.utils import average_parameters
+            from torch.distributed.algorithms.model_averaging.utils import (
+                average_parameters,
+            )
 
             average_parameters(iter(self.params), None)
         else:
@@ -291,15 +190,25 @@ class Synchronizer:
         if self.ring is None:
             self.mean_(self.buffers)
         self.syncs += 1
-        self.last_times = (t1 - t0, time.perf_counter() - t0)
-        self.report(drift)
+        self.drift.report(
+            drift,
+            syncs=self.syncs,
+            steps=self.steps,
+            drift_s=t1 - t0,
+            sync_s=time.perf_counter() - t0,
+        )
 
     def outer_step(self, deltas: list[torch.Tensor]) -> None:
         """DiLoCo's outer step on the global parameters, ``deltas`` as the gradient."""
         if self.momentum is None:
             self.momentum = [torch.zeros_like(d) for d in deltas]
-        nesterov_(self.global_params, deltas, self.momentum, self.opts.outer_lr,
-                  self.opts.outer_momentum)  # fmt: skip
+        nesterov_(
+            self.global_params,
+            deltas,
+            self.momentum,
+            self.opts.outer_lr,
+            self.opts.outer_momentum,
+        )
 
     def mean_(self, tensors: list[torch.Tensor]) -> None:
         """Replace ``tensors`` by their mean over ranks, sent as ``opts.wire`` (one all-reduce)."""
@@ -312,44 +221,6 @@ class Synchronizer:
         for t in tensors:
             t.copy_(flat[at : at + t.numel()].view_as(t))
             at += t.numel()
-
-    def drift(self) -> float:
-        """The largest spread over ranks of the sampled parameter elements (one all-reduce)."""
-        if not self.params:
-            return 0.0
-        pairs = zip(self.params, self.sample_at, strict=True)
-        v = torch.cat([p.detach().reshape(-1)[i].float() for p, i in pairs])
-        both = torch.cat([v, -v])
-        dist.all_reduce(both, op=dist.ReduceOp.MAX)
-        hi, neg_lo = both.split(v.numel())
-        return float((hi + neg_lo).max())
-
-    def report(self, drift: float | None) -> None:
-        """Rank 0: a ``sync`` event, at most one per ``EVENT_INTERVAL`` (the rest folded in);
-        ``drift`` None: not measured at this sync (gossip), folded into the next event."""
-        if dist.get_rank() != 0:
-            return
-        n, worst = self.pending
-        n, worst = n + 1, max(worst, drift or 0.0)
-        now = time.monotonic()
-        if drift is None or now - self.last_event < EVENT_INTERVAL:
-            self.pending = (n, worst)
-            return
-        self.pending, self.last_event = (0, 0.0), now
-        sample_s, sync_s = self.last_times
-        tail = f" (largest of {n} syncs)" if n > 1 else ""
-        if self.ring is not None:
-            tail = f" (measured at every {gossip.DRIFT_EVERY}th sync)"
-        event(
-            "sync",
-            f"{self.opts.mode} sync {self.syncs} after step {self.steps}: ranks drifted "
-            f"{worst:.3g} apart{tail}",
-            step=self.steps,
-            drift=worst,
-            syncs=n,
-            sync_s=sync_s,
-            drift_s=sample_s,
-        )
 
 
 @torch.no_grad()
@@ -367,8 +238,12 @@ def nesterov_(
         p.sub_(g.add(m, alpha=momentum), alpha=lr)
 
 
-def attach(ddp: torch.nn.Module, optimizer: torch.optim.Optimizer, opts: SyncOptions,
-           reduce: Any) -> Synchronizer:  # fmt: skip
+def attach(
+    ddp: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    opts: SyncOptions,
+    reduce: Any,
+) -> Synchronizer:
     """A ``Synchronizer`` for ``ddp`` driven by ``optimizer`` (replacing one it had)."""
     for plan in list(engine.training_plans.values()):
         old = getattr(plan, "sync", None)
