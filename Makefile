@@ -27,8 +27,9 @@ install: install-system install-python
 install-system:
 	bash scripts/install-system-deps.sh
 
-# The build hook skips the front end when extension/src is unchanged: the boards (a second or
-# less to build) are built again here, so an edit to board/static/ is never left unbuilt.
+# The build hook skips the front end when nothing in extension/src (the boards' sources too) is
+# newer than nbdist/labextension: the boards (a second or less to build) are built again here
+# all the same, so a removed board/static/built/ is never left unbuilt.
 install-python:
 	$(PYTHON) -m pip install -q -c constraints.txt -e ".[test,docs]"
 	cd $(EXT) && $(JLPM) build:boards

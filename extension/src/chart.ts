@@ -18,10 +18,11 @@
  */
 import uPlot from 'uplot';
 
+import { el } from './dom';
 import { axisFormat, columnFormat, fmt, fmtInt } from './format';
 import { finiteTail, ILine, isDecade, join, near } from './plotdata';
 
-export { ILine, join, smooth } from './plotdata';
+export { ILine } from './plotdata';
 
 export interface IChartOptions {
   title: string;
@@ -49,10 +50,10 @@ export class MetricChart {
   constructor(parent: HTMLElement | null, options: IChartOptions) {
     this._opts = options;
     this._log = !!options.log;
-    this.node = el('div', 'nbdist-chart') as HTMLDivElement;
+    this.node = el('div', 'nbdist-chart');
     const head = el('div', 'nbdist-chart-head');
     head.append(el('span', 'nbdist-chart-title', options.title));
-    this._logButton = el('button', 'nbdist-chart-log', 'log') as HTMLButtonElement;
+    this._logButton = el('button', 'nbdist-chart-log', 'log');
     this._logButton.type = 'button';
     this._logButton.title = 'logarithmic y axis';
     this._logButton.addEventListener('click', () => this.setLog(!this._log));
@@ -378,13 +379,4 @@ export class MetricChart {
 
 function cssVar(node: Element, name: string, fallback: string): string {
   return getComputedStyle(node).getPropertyValue(name).trim() || fallback;
-}
-
-function el(tag: string, cls: string, text?: string): HTMLElement {
-  const node = document.createElement(tag);
-  node.className = cls;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
 }

@@ -9,6 +9,7 @@ import React from 'react';
 
 import { IChartOptions, ILine, MetricChart } from './chart';
 import { spansDecades } from './describe';
+import { SMOOTHING } from './smoothing';
 
 export function ChartBox(props: {
   /** What it charts (a metric's name, a health measure): the box's data-metric. */
@@ -52,7 +53,8 @@ export function ChartBox(props: {
   return <div ref={box} className="jp-nbdist-chartBox" data-metric={props.name} />;
 }
 
-/** TensorBoard's smoothing slider (an exponential moving average's weight, 0 to 0.99). */
+/** TensorBoard's smoothing slider (an exponential moving average's weight: smoothing.ts, whose
+ * DOM slider the boards show). */
 export function SmoothingSlider(props: {
   value: number;
   onChange: (weight: number) => void;
@@ -62,9 +64,9 @@ export function SmoothingSlider(props: {
       smoothing
       <input
         type="range"
-        min={0}
-        max={0.99}
-        step={0.01}
+        min={SMOOTHING.min}
+        max={SMOOTHING.max}
+        step={SMOOTHING.step}
         value={props.value}
         aria-label="smoothing"
         onChange={e => props.onChange(Number(e.target.value))}

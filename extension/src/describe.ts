@@ -6,20 +6,6 @@
 import { IRun, IWorker, WorkerState } from './api';
 import { fmt, fmtDuration, fmtInt, MISSING } from './format';
 
-/** Colours of runs and ranks, in order (the notebook boards' palette, common.js). */
-export const PALETTE = [
-  '#1f77b4',
-  '#ff7f0e',
-  '#2ca02c',
-  '#d62728',
-  '#9467bd',
-  '#8c564b',
-  '#e377c2',
-  '#7f7f7f',
-  '#bcbd22',
-  '#17becf'
-];
-
 /** States of a rank whose cell is still running: only a live run may show them. */
 export const LIVE_STATES: WorkerState[] = ['ok', 'slow', 'silent'];
 

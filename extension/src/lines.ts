@@ -1,38 +1,17 @@
 /**
  * The server's curves as the lines a `MetricChart` draws: a metric's ranks and their mean (the
- * run view), or one run's mean each (the compare view), smoothed alike.
+ * run view), or one run's mean each (the compare view), smoothed alike (smoothing.ts, as the
+ * boards do).
  */
 import { ILineData, IMetricCurves, IRun } from './api';
-import { ILine, smooth } from './chart';
-import { PALETTE, runTitle } from './describe';
-
-/** Past this many ranks a chart draws only their mean (the board does the same). */
-export const RANK_LINES = 16;
-
-function line(
-  label: string,
-  data: ILineData,
-  colour: string,
-  smoothing: number,
-  width = 1,
-  alpha = 1
-): ILine {
-  return { label, x: data.x, y: smooth(data.y, smoothing), colour, width, alpha };
-}
+import { ILine } from './chart';
+import { runTitle } from './describe';
+import { PALETTE, rankLines, smoothed } from './smoothing';
 
 /** One metric's lines: each rank's (while there are few) and their mean, in the theme's
  * strongest colour. */
 export function metricLines(m: IMetricCurves, smoothing: number): ILine[] {
-  const out =
-    m.ranks.length > RANK_LINES
-      ? []
-      : m.ranks.map((r, i) =>
-          line(`rank ${r.rank}`, r, PALETTE[i % PALETTE.length], smoothing, 1, 0.75)
-        );
-  if (m.ranks.length !== 1 || !out.length) {
-    out.push(line('mean', m.mean, 'strong', smoothing, 2, 0.9));
-  }
-  return out;
+  return rankLines(m.ranks, m.mean, smoothing);
 }
 
 /** One line per run: its mean of the metric, in the run's colour (its place in `runs`). */
@@ -41,7 +20,9 @@ export function runLines(runs: IRun[], means: Map<number, ILineData>, smoothing:
   runs.forEach((r, i) => {
     const data = means.get(r.id);
     if (data) {
-      out.push(line(runTitle(r), data, runColour(i), smoothing, 1.75, 0.95));
+      out.push(
+        smoothed(runTitle(r), data, smoothing, { colour: runColour(i), width: 1.75, alpha: 0.95 })
+      );
     }
   });
   return out;

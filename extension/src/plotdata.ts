@@ -1,7 +1,7 @@
 /**
- * A chart's data: lines with x values of their own joined into the one table uPlot draws, the
- * smoothing every view applies, and the small lookups the readout and the log axis make.
- * (`chart.ts` draws; this only computes, so it is read and tested apart.)
+ * A chart's data: lines with x values of their own joined into the one table uPlot draws, and
+ * the small lookups the readout and the log axis make. (`chart.ts` draws, `smoothing.ts`
+ * smooths; this only computes, so it is read and tested apart.)
  */
 import uPlot from 'uplot';
 
@@ -49,24 +49,6 @@ export function join(lines: ILine[]): uPlot.AlignedData {
     return ys;
   });
   return [xs, ...columns];
-}
-
-/** Exponential moving average, as TensorBoard's smoothing slider (debiased at the start). */
-export function smooth(y: ArrayLike<number | null>, weight: number): (number | null)[] {
-  const out: (number | null)[] = [];
-  let last = 0;
-  let n = 0;
-  for (let i = 0; i < y.length; i++) {
-    const v = y[i];
-    if (v === null || !weight) {
-      out.push(v);
-      continue;
-    }
-    last = last * weight + (1 - weight) * v;
-    n++;
-    out.push(last / (1 - Math.pow(weight, n)));
-  }
-  return out;
 }
 
 /** The value at `idx` of a column, or the nearest one within a few points (decimated lines

@@ -8,9 +8,9 @@ import { IEvent, IFailure, IHealthHistory, IRunDetail, IWorker } from './api';
 import { WorkerGrid } from './card';
 import { ILine } from './chart';
 import { ChartBox } from './chartbox';
-import { PALETTE } from './describe';
 import { fmtDuration, fmtInt, MISSING } from './format';
-import { RANK_LINES, scaled } from './lines';
+import { scaled } from './lines';
+import { PALETTE, RANK_LINES } from './smoothing';
 
 const MIB = 1 / (1024 * 1024);
 

@@ -5,7 +5,7 @@ a thousand does. A ``Curve`` keeps at most ``limit`` points: when full, each gro
 consecutive points is replaced by its lowest and its highest (in x order), which halves the
 curve and keeps its envelope, spikes included (plain thinning would drop a NaN-adjacent spike
 half the time). The browser runs the same rule on what it is sent
-(``notebook/board/static/common.js``), so both sides agree on what a curve looks like.
+(``extension/src/boards/series.ts``), so both sides agree on what a curve looks like.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The live dashboard under a ``%%distributed`` cell: the kernel's half.
 
 The browser draws it (``widget.DashboardWidget``, an anywidget whose ES module is built from
-``static/dashboard.js``); the kernel keeps the state and sends what is new, a few times a
+``extension/src/boards/``); the kernel keeps the state and sends what is new, a few times a
 second, as one small message: points appended to each metric's curves (per rank and the mean),
 worker rows that changed, new events, log tails that moved (``_delta``). A view that appears
 later (a second view, a notebook reopened while the kernel lives) starts from ``history``, a

@@ -2,8 +2,9 @@
 front end will draw them at all.
 
 Each board's front end is one ES module and one stylesheet, built by ``jlpm build`` (so by
-``pip install``) from ``static/`` with what it imports (the sidebar's chart and number formats,
-uPlot) into ``static/built/``: nothing is fetched at run time. Two synced traits carry what a
+``pip install``) from ``extension/src/boards/`` (TypeScript, beside the sidebar's, whose charts,
+number formats and smoothing it shares; uPlot) into ``static/built/``: nothing is fetched at run
+time. Two synced traits carry what a
 view starts from: ``head`` (progress, status; tiny, replaced at each update) and ``history``
 (everything so far, decimated; refreshed every few seconds). Between refreshes the kernel sends
 deltas as custom messages.
@@ -32,8 +33,7 @@ import traitlets
 
 from ...errors import UsageError
 
-_STATIC = Path(__file__).with_name("static")
-_BUILT = _STATIC / "built"
+_BUILT = Path(__file__).with_name("static") / "built"  # extension/build-boards.mjs writes it
 #: ``NBDIST_BOARDS``: how boards are shown. ``live`` (a widget, updated while the cell runs),
 #: ``picture`` (the final picture alone), ``auto`` or unset (live unless no front end draws).
 MODES = ("auto", "live", "picture")

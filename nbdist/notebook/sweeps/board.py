@@ -4,7 +4,7 @@ The sweep's loop drives it: ``set_trial`` for a row of the trials table, ``add_p
 points of one of a trial's curves (each metric its main rank reports, and ``RATE``, its
 samples/s), ``update`` often (it sends at most about four times a second unless forced) and
 ``finish`` once. The browser draws it (``board.widget.SweepWidget``, an anywidget built from
-``board/static/sweep.js``): a chart per metric with one curve per trial, coloured by trial, and
+``extension/src/boards/``): a chart per metric with one curve per trial, coloured by trial, and
 the table.
 
 As the run dashboard does (``board.dashboard.Dashboard``), the kernel sends only what changed, as

@@ -1,0 +1,114 @@
+/**
+ * The dashboard's lower panels: the run's latest events, the last lines of the ranks whose
+ * output is not shown under the cell, and (with --profile, at the end) where a step's time went
+ * on each rank. Everything from an engine is set as text.
+ */
+import { el } from '../../dom';
+import { fmt } from '../../format';
+import { IEvent, IProfile, IProfileRow } from './messages';
+
+/** Events shown: the latest. */
+const EVENTS_SHOWN = 8;
+
+// A profiled step's parts, as nbdist/notebook/debug/profile.py names them
+const PARTS: [keyof IProfileRow, string][] = [
+  ['compute_ms', 'computing'],
+  ['comm_ms', 'communicating'],
+  ['data_ms', 'data loading'],
+  ['wait_ms', 'waiting']
+];
+
+export function drawEvents(box: HTMLElement, events: IEvent[]): void {
+  box.textContent = '';
+  box.append(el('div', 'nbd-section', 'events'));
+  if (!events.length) {
+    box.append(el('div', 'nbd-quiet', 'none yet'));
+  }
+  for (const e of events.slice(-EVENTS_SHOWN)) {
+    const line = el('div', 'nbd-event nbd-event-' + e.kind);
+    const who = e.rank === null || e.rank === undefined ? '' : `rank ${e.rank}: `;
+    line.append(el('span', 'nbd-event-kind', e.kind), el('span', '', ` ${who}${e.message}`));
+    box.append(line);
+  }
+}
+
+/** The last lines of one rank at a time, chosen in a list (each line once). */
+export class LogTail {
+  readonly node = el('div', 'nbd-logs');
+
+  constructor() {
+    const head = el('div', 'nbd-log-head');
+    head.append(el('span', '', 'last lines of '), this.select);
+    this.node.append(head, this.text);
+    this.select.addEventListener('change', () => {
+      this.rank = Number(this.select.value);
+      this.draw(this.logs);
+    });
+  }
+
+  /** `logs`: rank -> its last lines */
+  draw(logs: Map<number, string[]>): void {
+    this.logs = logs;
+    const ranks = [...logs.keys()].sort((a, b) => a - b);
+    this.node.style.display = ranks.length ? '' : 'none';
+    if (this.select.options.length !== ranks.length) {
+      this.select.textContent = '';
+      for (const r of ranks) {
+        const o = el('option', '', `rank ${r}`);
+        o.value = String(r);
+        this.select.append(o);
+      }
+    }
+    if ((this.rank === null || !logs.has(this.rank)) && ranks.length) {
+      this.rank = ranks[0];
+    }
+    if (this.rank !== null) {
+      this.select.value = String(this.rank);
+    }
+    const lines = (this.rank !== null && logs.get(this.rank)) || [];
+    this.text.textContent = lines.length ? lines.join('\n') : '(no output yet)';
+  }
+
+  private readonly select = el('select');
+  private readonly text = el('pre', 'nbd-log-text');
+  private logs = new Map<number, string[]>();
+  private rank: number | null = null;
+}
+
+/** --profile: a bar per rank, its step split into computing, communicating, data, waiting. */
+export function drawProfile(box: HTMLElement, p: IProfile | null): void {
+  box.textContent = '';
+  box.style.display = p ? '' : 'none';
+  if (!p) {
+    return;
+  }
+  box.append(el('div', 'nbd-section', "where a step's time goes (ms per step)"));
+  const widest = Math.max(...p.rows.map(r => r.step_ms), 1e-9);
+  for (const r of p.rows) {
+    const line = el('div', 'nbd-profile-row');
+    line.dataset.rank = String(r.rank);
+    if (r.rank === p.straggler) {
+      line.classList.add('nbd-straggler');
+    }
+    const bar = el('div', 'nbd-profile-bar');
+    for (const [key, label] of PARTS) {
+      const part = el('span', 'nbd-part nbd-part-' + key);
+      part.style.width = `${(100 * r[key]) / widest}%`;
+      part.title = `${label} ${fmt(r[key])} ms`;
+      bar.append(part);
+    }
+    line.append(
+      el('span', 'nbd-profile-rank', `rank ${r.rank}`),
+      bar,
+      el('span', 'nbd-num', `${fmt(r.step_ms)} ms`)
+    );
+    box.append(line);
+  }
+  const legend = el('div', 'nbd-profile-legend');
+  for (const [key, label] of PARTS) {
+    const item = el('span', 'nbd-key');
+    item.append(el('span', 'nbd-part nbd-part-' + key), el('span', '', label));
+    legend.append(item);
+  }
+  box.append(legend, el('div', 'nbd-profile-reason', p.reason));
+}

@@ -1,0 +1,96 @@
+/**
+ * The run's state in the browser, one per model, shared by its views: each metric's curves per
+ * rank and their mean, samples/s, the workers' rows, events, log tails and the profile.
+ */
+import { into, mergeAll, Series } from '../series';
+import { BoardStore, IChanged } from '../store';
+import { IEvent, IHead, IProfile, IRankRow, Message } from './messages';
+
+/** Events kept (as the kernel's history does). */
+const EVENTS_KEPT = 50;
+
+export interface IDashboardChanged extends IChanged {
+  rate?: boolean;
+  events?: boolean;
+  logs?: boolean;
+  profile?: boolean;
+}
+
+export interface IMetricSeries {
+  ranks: Map<number, Series>;
+  mean: Series;
+}
+
+export class DashboardStore extends BoardStore<IHead, Message, IDashboardChanged> {
+  declare metrics: Map<string, IMetricSeries>;
+  declare rate: Series;
+  declare rows: Map<number, IRankRow>;
+  declare events: IEvent[];
+  /** rank -> its last lines */
+  declare logs: Map<number, string[]>;
+  /** where a step's time went on each rank (--profile), at the end */
+  declare profile: IProfile | null;
+  /** loss points received (the browser test reads it) */
+  declare points: number;
+
+  protected reset(): void {
+    this.metrics = new Map();
+    this.rate = new Series();
+    this.rows = new Map();
+    this.events = [];
+    this.logs = new Map();
+    this.profile = null;
+    this.points = 0;
+  }
+
+  protected merge(msg: Message): IDashboardChanged {
+    const changed: IDashboardChanged = {};
+    const whole = msg.kind === 'history';
+    for (const [name, m] of Object.entries(msg.metrics || {})) {
+      let cur = this.metrics.get(name);
+      if (!cur) {
+        cur = { ranks: new Map(), mean: new Series() };
+        this.metrics.set(name, cur);
+      }
+      const count = mergeAll(cur.ranks, m.ranks || {}, whole);
+      this.points += name === 'loss' ? count : 0;
+      if (m.mean) {
+        cur.mean = into(cur.mean, m.mean, whole);
+      }
+      (changed.metrics ||= new Set()).add(name);
+    }
+    if (msg.rate) {
+      this.rate = into(this.rate, msg.rate, whole);
+      changed.rate = true;
+    }
+    for (const row of msg.rows || []) {
+      this.rows.set(row.rank, row);
+    }
+    if (msg.rows && msg.rows.length) {
+      changed.rows = true;
+    }
+    if (msg.events && msg.events.length) {
+      this.events = this.events.concat(msg.events).slice(-EVENTS_KEPT);
+      changed.events = true;
+    }
+    if (whole) {
+      this.logs.clear();
+    }
+    for (const [rank, lines] of Object.entries(msg.logs || {})) {
+      this.logs.set(Number(rank), lines);
+    }
+    if (msg.logs || whole) {
+      changed.logs = true;
+    }
+    if (whole) {
+      this.profile = msg.profile || null;
+      changed.profile = true;
+    }
+    return changed;
+  }
+
+  /** The metrics other than loss, in the order they were first reported. */
+  others(): string[] {
+    return [...this.metrics.keys()].filter(name => name !== 'loss');
+  }
+}

@@ -1,0 +1,153 @@
+/**
+ * A view of the run's dashboard: the head (title, status, progress, ETA, samples/s), the
+ * smoothing slider, loss per rank and their mean beside samples/s, every other metric in a grid
+ * below (sharing the step axis and the cursor), then the profile, the workers' table, events and
+ * log tails. The data attributes on the root (status, points, charts, ranks) are what the
+ * browser tests read.
+ */
+import { el } from '../../dom';
+import { fmt, fmtDuration, fmtInt } from '../../format';
+import { RANK_LINES, rankLines } from '../../smoothing';
+import { BoardCharts } from '../charts';
+import { follow, syncKey } from '../view';
+import { drawEvents, drawProfile, LogTail } from './panels';
+import { DashboardStore, IDashboardChanged } from './store';
+import { RankTable } from './table';
+
+export function render(root: HTMLElement, store: DashboardStore): () => void {
+  root.classList.add('nbd-dashboard');
+  const sync = syncKey('nbd'); // this view's charts share a cursor
+
+  const head = el('div', 'nbd-head');
+  const title = el('span', 'nbd-title');
+  const badge = el('span', 'nbd-badge');
+  const stats = el('span', 'nbd-stats');
+  head.append(title, badge, stats);
+  const bar = el('div', 'nbd-bar');
+  const fill = el('div', 'nbd-bar-fill');
+  bar.append(fill);
+  const charts = new BoardCharts(
+    { slider: 'nbd-smooth', smoothing: 0.6, box: 'nbd-charts', grid: { sync, height: 130 } },
+    {
+      title: 'loss per rank, and their mean',
+      sync,
+      height: 190,
+      empty: 'waiting for report(loss=…)'
+    },
+    {
+      title: 'samples / s',
+      xLabel: 'seconds',
+      height: 190,
+      empty: 'waiting for report(samples=…)'
+    },
+    () => drawCharts({ all: true })
+  );
+  const { loss: lossChart, rate: rateChart, grid } = charts;
+  grid.node.classList.add('nbd-metrics');
+  const table = new RankTable();
+  const profileBox = el('div', 'nbd-profile');
+  const bottom = el('div', 'nbd-bottom');
+  const eventsBox = el('div', 'nbd-events');
+  const logs = new LogTail();
+  bottom.append(eventsBox, logs.node);
+  root.append(head, bar, charts.slider, charts.top, grid.node, profileBox, table.node, bottom);
+
+  // A metric's lines: each rank's (while there are few) and their mean, smoothed alike.
+  function linesOf(name: string) {
+    const m = store.metrics.get(name);
+    if (!m) {
+      return [];
+    }
+    const ranks = [...m.ranks.entries()].sort(([a], [b]) => a - b);
+    // past RANK_LINES ranks only their mean is drawn: no rank's points are gathered then
+    const shown = ranks.length > RANK_LINES ? [] : ranks;
+    const points = shown.map(([rank, series]) => ({ rank, ...series.view() }));
+    return rankLines(points, m.mean.view(), charts.smoothing);
+  }
+
+  function drawCharts(changed: IDashboardChanged) {
+    const names = changed.all ? null : (changed.metrics ?? null);
+    if (!names || names.has('loss')) {
+      lossChart.setLines(linesOf('loss'));
+    }
+    grid.draw(store.others(), linesOf, names);
+    root.dataset.charts = String(1 + grid.charts.size);
+  }
+
+  function drawRate() {
+    const v = store.rate.view();
+    rateChart.setLines([{ label: 'samples/s', x: v.x, y: v.y, colour: '#1565c0', width: 1.5 }]);
+  }
+
+  function drawHead() {
+    const p = store.head();
+    const status = p.status || '';
+    title.textContent = p.title || '';
+    badge.textContent = status;
+    badge.className = 'nbd-badge nbd-status-' + status.split(' ')[0];
+    stats.textContent = progress(p).join(' · ');
+    const share = p.total && p.steps ? Math.min(1, p.steps / p.total) : 0;
+    fill.style.width = `${(100 * share).toFixed(2)}%`;
+    bar.style.display = p.total ? '' : 'none';
+    root.dataset.status = status;
+  }
+
+  function drawRows() {
+    const rows = [...store.rows.values()].sort((a, b) => a.rank - b.rank);
+    table.draw(rows);
+    root.dataset.ranks = String(rows.length);
+  }
+
+  function draw(changed: IDashboardChanged) {
+    if (changed.all || changed.head) {
+      drawHead();
+    }
+    if (changed.all || changed.metrics) {
+      drawCharts(changed);
+    }
+    if (changed.all || changed.rate) {
+      drawRate();
+    }
+    if (changed.all || changed.rows) {
+      drawRows();
+    }
+    if (changed.all || changed.events) {
+      drawEvents(eventsBox, store.events);
+    }
+    if (changed.all || changed.logs) {
+      logs.draw(store.logs);
+    }
+    if (changed.all || changed.profile) {
+      drawProfile(profileBox, store.profile);
+    }
+    root.dataset.points = String(store.points);
+  }
+
+  return follow(root, store, draw, [charts]);
+}
+
+/** The head's figures: steps (of the total, and its share), ETA, samples/s, loss, time. */
+function progress(p: ReturnType<DashboardStore['head']>): string[] {
+  const parts: string[] = [];
+  if (p.steps !== undefined && p.steps !== null) {
+    parts.push(
+      p.total ? `${fmtInt(p.steps)} / ${fmtInt(p.total)} steps` : `${fmtInt(p.steps)} steps`
+    );
+    if (p.total) {
+      parts.push(`${((100 * Math.min(p.steps, p.total)) / p.total).toFixed(1)} %`);
+    }
+  }
+  if (p.eta !== null && p.eta !== undefined) {
+    parts.push(`ETA ${fmtDuration(p.eta)}`);
+  }
+  if (p.rate !== null && p.rate !== undefined) {
+    parts.push(`${fmtInt(p.rate)} samples/s`);
+  }
+  if (p.mean_loss !== null && p.mean_loss !== undefined) {
+    parts.push(`loss ${fmt(p.mean_loss)}`);
+  }
+  if (p.elapsed !== undefined) {
+    parts.push(fmtDuration(p.elapsed));
+  }
+  return parts;
+}
