@@ -38,7 +38,7 @@ from ...hosts import remote_dir_of, ssh_command
 from .. import processes
 from ..base import EngineExit
 from . import checks, jobs, launchers, shell
-from .jobs import RemoteExit
+from .roster import Roster
 
 
 class RemoteEngines:
@@ -68,16 +68,12 @@ class RemoteEngines:
         self.log_dir = processes.private_dir(self._profile / "log" / self.cluster_id)
         self.remote_dir = remote_dir_of(self.remote, self.cluster_id)
         self.client = None
-        self.engine_pids: set[int] = set()
         self.exits = queue.Queue()
         self.preflight: dict[str, checks.HostFacts] = {}  # what each host has
         self.location = ""  # the controller's address as the engines reach it
         self._hosts = {h.name: h for h in self.remote.hosts}
+        self.roster = Roster(self._hosts)  # which engine is which, and which have left
         self._ipp: ipp.Cluster | None = None
-        self._host_of: dict[int, str | None] = {}  # engine id -> host name (None: unnamed)
-        self._pid_of: dict[int, int] = {}  # engine id -> pid on its host
-        self._gone: set[int] = set()  # engine ids that left, or that we killed
-        self._vacant: list[str] = []  # hosts of engines that left: replacements go there first
         self._sets = 0
         self._set_host: dict[str, str | None] = {}  # engine set id -> its host
         self._stopping = False
@@ -145,6 +141,11 @@ class RemoteEngines:
         """ipyparallel's record of this cluster (read by the sidebar)."""
         return self._ipp.cluster_file if self._ipp is not None else ""
 
+    @property
+    def engine_pids(self) -> set[int]:
+        """The pids of the engines this cluster started (on their hosts), ours to signal."""
+        return self.roster.pids
+
     # -- engines ----------------------------------------------------------------------------
     def _launch(self, host: str | None, n: int) -> str:
         """Start ``n`` engines on ``host`` (None: wherever the launcher puts them); return the
@@ -184,7 +185,7 @@ class RemoteEngines:
         want = sum(plan.values())
         deadline = time.monotonic() + self.cfg.start_timeout
         while True:
-            new = sorted(set(self.client.ids) - known - set(self._host_of))
+            new = self.roster.unknown(set(self.client.ids) - known)
             if len(new) >= want:
                 break
             for set_id, host in sets.items():
@@ -193,32 +194,27 @@ class RemoteEngines:
                     raise NbdistError(self._launch_failed(host, error))
             self.jobs.waiting(list(sets), self.cfg.start_timeout, time.monotonic() > deadline)
             if time.monotonic() > deadline:
-                self._identify(new)
+                self.roster.identify(self.client, new, self.cfg.start_timeout)
                 raise NbdistError(self._not_registered(plan, new))
             time.sleep(0.02)
         new = new[:want]
-        self._identify(new)
+        self.roster.identify(self.client, new, self.cfg.start_timeout)
         self.jobs.assign(new, list(sets))
         self.jobs.watch(self._job_ended)  # a job ended under a cell: known within seconds
         return new
 
-    def _identify(self, ids: list[int]) -> None:
-        """Learn each new engine's pid and host (the name its launcher gave it)."""
-        found = fanout.call(
-            self.client, {eid: eid for eid in ids}, api.process_id, timeout=self.cfg.start_timeout
-        )
-        for eid, (pid, host) in found.values.items():
-            self._pid_of[eid], self._host_of[eid] = pid, host
-            self.engine_pids.add(pid)
-        found.check("asking the new engines for their pids", noun="engine")
-
     def _not_registered(self, plan: Counter, new: list[int]) -> str:
-        came, parts = Counter(self._host_of[e] for e in new), []
-        for host, k in [(h, n - came[h]) for h, n in plan.items() if came[h] < n]:
-            where = f"on host {host}" if host else f"from the {self.remote.launcher} launcher"
-            tail = shell.log_tail if host else (lambda *_: "")
-            last = tail(self._hosts.get(host), self.remote_dir, self.remote.connect_timeout)
-            parts.append(f"{k} engine(s) {where}" + (f" (last output: {last})" if last else ""))
+        came, parts = Counter(self.roster.host_of[e] for e in new), []
+        for host, wanted in plan.items():
+            missing = wanted - came[host]
+            if missing <= 0:
+                continue
+            if host is None:
+                parts.append(f"{missing} engine(s) from the {self.remote.launcher} launcher")
+                continue
+            last = shell.log_tail(self._hosts[host], self.remote_dir, self.remote.connect_timeout)
+            said = f" (last output: {last})" if last else ""
+            parts.append(f"{missing} engine(s) on host {host}{said}")
         return (
             f"{', '.join(parts)} did not register within {self.cfg.start_timeout:g} s: check "
             f"that the hosts reach this machine at {self.cfg.ip}"
@@ -229,49 +225,32 @@ class RemoteEngines:
         if self.remote.launcher != "ssh":
             self.jobs.announce_ended()
             return self._launch_and_wait(Counter({None: n}), known)
-        hosts = []
-        while self._vacant and len(hosts) < n:
-            hosts.append(self._vacant.pop(0))
-        live = Counter(h for e, h in self._host_of.items() if e not in self._gone)
-        while len(hosts) < n:  # then the host with the fewest engines
-            name = min(self._hosts, key=lambda h: (live[h] + hosts.count(h), 0))
-            hosts.append(name)
-        return self._launch_and_wait(Counter(hosts), known)
+        return self._launch_and_wait(Counter(self.roster.hosts_for(n)), known)
 
     def _job_ended(self, job: jobs.Job) -> None:
         """(The watcher's thread.) The scheduler ended ``job``: its engines are lost now, and
         killed, even those outliving its SIGTERM, so none goes on writing beside a new job."""
-        eids = [e for e in sorted(job.engines) if e in self._pid_of and e not in self._gone]
-        self.signal([self._pid_of[e] for e in eids], signal.SIGKILL)
+        eids = self.roster.live(job.engines)
+        self.signal([self.roster.pid_of[e] for e in eids], signal.SIGKILL)
         for e in eids:
-            host = self._host_of[e] or "?"
-            self.exits.put(RemoteExit(self._pid_of[e], host=host, engine_id=e, reason=job.end))
+            self.exits.put(self.roster.exit_of(e, job.end))
 
     def _on_registration(self, event: dict) -> None:
         if event.get("event") != "unregister" or self._stopping:
             return
         eid = int(event["id"])
-        if eid in self._pid_of and eid not in self._gone:
-            self._leave(eid)
-            host = self._host_of[eid] or "?"
-            why = self.jobs.why_gone(eid)  # its job ended: which, and why
-            self.exits.put(RemoteExit(self._pid_of[eid], host=host, engine_id=eid, reason=why))
-
-    def _leave(self, eid: int) -> None:
-        if eid not in self._gone:
-            self._gone.add(eid)
-            if self._host_of.get(eid) in self._hosts:
-                self._vacant.append(self._host_of[eid])
+        if self.roster.live([eid]):
+            self.roster.leave(eid)
+            self.exits.put(self.roster.exit_of(eid, self.jobs.why_gone(eid)))  # its job's end
 
     def signal(self, pids: list[int], sig: int = signal.SIGINT) -> None:
         """Send ``sig`` to these engines (ours only), relayed by each engine's nanny."""
-        by_pid = {p: e for e, p in self._pid_of.items() if e not in self._gone}
-        eids = [by_pid[p] for p in pids if p in self.engine_pids and p in by_pid]
+        eids = self.roster.engines_of(pids)
         if self.client is None or not eids:
             return
         if sig == signal.SIGKILL:
             for eid in eids:
-                self._leave(eid)
+                self.roster.leave(eid)
         targets = [e for e in eids if e in self.client.ids]
         if targets:
             try:
@@ -289,7 +268,7 @@ class RemoteEngines:
 
     def address_of(self, engine_id: int) -> str:
         """The address of this engine's host as the other hosts reach it (for MASTER_ADDR)."""
-        host = self._hosts.get(self._host_of.get(engine_id) or "")
+        host = self._hosts.get(self.roster.host_of.get(engine_id) or "")
         if host is not None and host.address:
             return host.address
         interface = host.interface if host else None
@@ -314,11 +293,7 @@ class RemoteEngines:
 
     def remote_pids(self) -> dict[str, list[int]]:
         """Engine pids on each host (for the engines that registered and have not left)."""
-        out: dict[str, list[int]] = {}
-        for eid, pid in self._pid_of.items():
-            if eid not in self._gone:
-                out.setdefault(self._host_of[eid] or "?", []).append(pid)
-        return out
+        return self.roster.pids_by_host()
 
     def processes(self) -> list[psutil.Process]:
         """This cluster's processes on this machine: the controller, and the launcher's local
