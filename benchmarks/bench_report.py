@@ -153,12 +153,12 @@ while time.time() < t_end:
     time.sleep(0.05)
 """
 
-_LATENCIES = """from nbdist.notebook.run import monitor as _m
+_LATENCIES = """from nbdist.notebook.run.observers import dashboard as _m
 _l = sorted(getattr(getattr(_m, "last", lambda: None)(), "latencies", None) or [])
 (_l[len(_l) // 2], _l[int(0.95 * len(_l))], len(_l)) if _l else ()
 """
 
-_SENT = """from nbdist.notebook.run import monitor as _m
+_SENT = """from nbdist.notebook.run.observers import dashboard as _m
 _d = getattr(getattr(_m, "last", lambda: None)(), "dashboard", None)
 (getattr(_d, "sent_bytes", getattr(_d, "bytes_sent", None)),)
 """
@@ -166,10 +166,12 @@ _d = getattr(getattr(_m, "last", lambda: None)(), "dashboard", None)
 _RAW = """
 import time
 from nbdist import current
-from nbdist.notebook.run.observers import Observer
+from nbdist.config import CellOptions
+from nbdist.notebook.run.observers.base import RunInfo
+from nbdist.notebook.run.observers.watch import Watch
 lat = []
-class _Raw(Observer):
-    def on_poll(self, ranks):
+class _Raw(Watch):  # reads the ranks' raw publications at every look, as a watch would
+    def poll(self, ranks):
         now = time.time()
         for rk in ranks.values():
             d = rk.metadata["data"]
@@ -184,7 +186,7 @@ while time.time() < t_end:
     publish_data({{f"raw:{{i}}": time.time()}})
     i += 1
     time.sleep(0.05)
-''', observers=[_Raw()])
+''', watch=_Raw(RunInfo(None, '', CellOptions(), (0, 1), time.time()), []))  # its 2 ranks
 lat = sorted(lat)
 (lat[len(lat) // 2], lat[int(0.95 * len(lat))], len(lat))
 """

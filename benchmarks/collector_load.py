@@ -1,5 +1,6 @@
 """The kernel's collector under load: 64 simulated ranks publishing 20 batches a second each,
-through the real ``RunMonitor`` (and its widget, with no front end), polled every 20 ms."""
+through a real run's watch (``run.observers.assembly``: its store, its board with no front
+end), polled every 20 ms."""
 
 from __future__ import annotations
 
@@ -24,16 +25,13 @@ def _scale(seconds: float, n: int = 64, hz: int = 20) -> tuple[float, float, int
     from ipyparallel.serialize import deserialize_object, serialize_object
 
     from nbdist.config import CellOptions
-    from nbdist.notebook.run import monitor
+    from nbdist.notebook.run.observers.assembly import assemble
     from nbdist.telemetry import events as ev
     from nbdist.telemetry.store import RunStore
 
     ranks = {
         r: SimpleNamespace(metadata={"data": {}, "stdout": ""}, outcome=None) for r in range(n)
     }
-    cluster = SimpleNamespace(
-        slots=[SimpleNamespace(rank=r) for r in range(n)], engines=SimpleNamespace(cluster_id="sim")
-    )
     stop, sent = threading.Event(), [0]
 
     def publish() -> None:
@@ -58,16 +56,17 @@ def _scale(seconds: float, n: int = 64, hz: int = 20) -> tuple[float, float, int
         mock.patch("IPython.display.display", lambda *a, **kw: _Handle()),
     ):
         store = RunStore(f"{tmp}/runs.sqlite")
-        with monitor.RunMonitor(cluster, "nbdist.report()", CellOptions(), store=store) as mon:
-            pub = threading.Thread(target=publish)
-            pub.start()
-            t_end = time.monotonic() + seconds
-            while time.monotonic() < t_end:
-                mon.on_poll(ranks)
-                time.sleep(0.02)
-            stop.set()
-            pub.join()
-            mon.on_poll(ranks)
+        mon = assemble("nbdist.report()", CellOptions(), range(n), store_at=store)
+        pub = threading.Thread(target=publish)
+        pub.start()
+        t_end = time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            mon.poll(ranks)
+            time.sleep(0.02)
+        stop.set()
+        pub.join()
+        mon.poll(ranks)
+        mon.close("ok")
     polls = mon.poll_seconds
     return _quantile(polls, 0.95), statistics.median(polls), sent[0], mon.collector.records
 

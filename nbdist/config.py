@@ -2,14 +2,17 @@
 
 Every setting can be given as an argument; the few that make sense per machine can also come from
 an environment variable (named beside it). Values are validated when the object is built, and the
-error says how to fix them.
+error says how to fix them. A cell's options also declare their words on the ``%%distributed``
+line here. The module is longer than the others for that reason: one catalogue, read in one
+place, is what a person looks for when they ask what an option does or add one.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from . import paths
@@ -165,35 +168,152 @@ class ClusterConfig:
         return self.threads_per_engine or max(1, cpu_count() // self.n)
 
 
+#: The experiment trackers ``--track`` takes (``notebook.trackers.sinks`` has one sink each).
+TRACKERS = ("mlflow", "wandb", "comet")
+#: The most steps ``--total`` may name: the dashboard's numbers stay exact (below 2**53).
+MAX_TOTAL = 10**15
+
+
+def _flag(*names: str, **kw: object) -> dict:
+    """A cell option's words on the ``%%distributed`` line and ``argparse``'s ``add_argument``
+    keywords for them: the magics build their parser from these, so an option is declared once,
+    here."""
+    return {"flag": names, "argparse": kw}
+
+
+def _ranks_text(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ranks like 0,2 not {text!r}") from None
+
+
+def positive(text: str) -> int:
+    """A command line's whole number >= 1 (at most ``MAX_TOTAL``), or argparse's one line."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
+    if value > MAX_TOTAL:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TOTAL:.0e} steps, not {text!r}")
+    return value
+
+
+def _profile_steps(text: str) -> int | bool:
+    if text == "all":
+        return True
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of steps, not {text!r}") from None
+
+
 @dataclass(frozen=True)
 class CellOptions:
-    """Options of one ``%%distributed`` cell."""
+    """Options of one ``%%distributed`` cell (and of ``%nbdist run``, ``nbdist.run_script``).
 
-    timeout: float | None = None
+    Each field with a ``flag`` in its metadata is a word of the magics' line, parsed as its
+    metadata says (``notebook.magics`` builds the parser from these fields); every field is
+    checked here, when the options are made. The options travel whole to the engines
+    (``protocol.CellRequest.options``) and to the run's observers (``notebook.run.observers``),
+    so an option a rank or a board acts on is read where it acts, and declared nowhere else.
+    """
+
+    timeout: float | None = field(
+        default=None, metadata=_flag("--timeout", type=float, help="stop the cell after SECONDS")
+    )
     """Stop the cell on every rank after this many seconds."""
-    ranks: tuple[int, ...] | None = None
+    ranks: tuple[int, ...] | None = field(
+        default=None,
+        metadata=_flag("--ranks", type=_ranks_text, help="run on these ranks only: 0,2"),
+    )
     """Run on these ranks only (for cells without collectives)."""
-    all_output: bool = False
+    all_output: bool = field(
+        default=False,
+        metadata=_flag("--all-output", action="store_true", help="show every rank's output"),
+    )
     """Show every rank's output, each line labelled with its rank (default: rank 0's only)."""
     grace: float = 3.0
     """After one rank fails, seconds the others get to finish before they are interrupted."""
     stop_wait: float = 10.0
     """Seconds an interrupted rank gets to stop before its engine is replaced."""
-    restarts: int = 0
+    restarts: int = field(
+        default=0, metadata=_flag("--restarts", type=int, help="replace lost workers up to R times")
+    )
     """Times a lost worker (dead, hung, host gone) is replaced and the cell resumed."""
-    min_workers: int | None = None
+    min_workers: int | None = field(
+        default=None, metadata=_flag("--min-workers", type=int, help="shrink to no fewer than M")
+    )
     """With restarts: if a lost worker cannot be replaced, go on with at least this many ranks."""
-    progress_timeout: float = 300.0
+    progress_timeout: float = field(
+        default=300.0,
+        metadata=_flag(
+            "--progress-timeout",
+            type=float,
+            help="seconds without progress before a rank counts as hung",
+        ),
+    )
     """Progress deadline: a rank that reported steps and then made none for this long is hung
     (a deadlock in a collective); it is killed, and replaced when --restarts allows."""
     quiet: bool = False
     """Show no output (used when earlier cells are replayed on fresh engines)."""
-    profile: int | bool = False
+    profile: int | bool = field(
+        default=False,
+        metadata=_flag(
+            "--profile",
+            nargs="?",
+            const=True,
+            type=_profile_steps,
+            metavar="STEPS",
+            help="torch.profiler on every rank: the whole cell, or its first STEPS steps",
+        ),
+    )
     """torch.profiler on every rank: True for the whole cell, N for its first N steps."""
-    resume: bool = False
+    resume: bool = field(
+        default=False,
+        metadata=_flag(
+            "--resume",
+            action="store_true",
+            help="continue an earlier run's checkpoints of the same name (run=, a sweep's --name)",
+        ),
+    )
     """Continue an earlier run's checkpoints under the same name (``run=``, a sweep's name);
     without it a new run starts afresh and those move aside."""
-    extra: dict = field(default_factory=dict)
+    name: str = field(
+        default="", metadata=_flag("--name", help="a name for this run in nbdist.runs()")
+    )
+    """The run's name in the run store, the sidebar and the trackers ("": unnamed; a script's
+    run is named for its file)."""
+    dashboard: bool = field(
+        default=True,
+        metadata=_flag("--no-dashboard", action="store_false", help="no live dashboard widget"),
+    )
+    """Show the live dashboard under the cell (a sweep: its board)."""
+    total: int | None = field(
+        default=None, metadata=_flag("--total", type=positive, help="steps in all, for the ETA")
+    )
+    """Steps the run will take in all: the dashboard's progress and ETA."""
+    tensorboard: str | None = field(
+        default=None,
+        metadata=_flag("--tensorboard", metavar="DIR", help="also write TensorBoard logs"),
+    )
+    """Also write the run's metrics as TensorBoard logs into this folder."""
+    stop_on_nan: bool = field(
+        default=False,
+        metadata=_flag(
+            "--stop-on-nan", action="store_true", help="stop every rank on a NaN/inf loss"
+        ),
+    )
+    """Stop every rank as soon as one reports a loss that is not finite."""
+    track: tuple[str, ...] = field(
+        default=(),
+        metadata=_flag(
+            "--track", action="append", default=None, help="also send it to mlflow, wandb or comet"
+        ),
+    )
+    """Experiment trackers that also get the run (``TRACKERS``; ``"mlflow,wandb"`` or a list)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise what the Python API may pass
@@ -202,9 +322,8 @@ class CellOptions:
             set_(self, "timeout", seconds(self.timeout, "--timeout", fix=fix))
         if self.ranks is not None:
             set_(self, "ranks", _rank_list(self.ranks))
-        flag(self.all_output, "all_output")
-        flag(self.quiet, "quiet")
-        flag(self.resume, "resume")
+        for name in ("all_output", "quiet", "resume", "dashboard", "stop_on_nan"):
+            flag(getattr(self, name), name)
         set_(self, "grace", seconds(self.grace, "grace", zero=True))
         set_(self, "stop_wait", seconds(self.stop_wait, "stop_wait", zero=True))
         set_(self, "restarts", whole(self.restarts, "--restarts", 0, MAX_RESTARTS))
@@ -220,8 +339,47 @@ class CellOptions:
         )
         if not isinstance(self.profile, bool):  # True: the whole cell; N: its first N steps
             set_(self, "profile", whole(self.profile, "--profile STEPS", 1))
-        if not isinstance(self.extra, dict):
-            raise UsageError(f"extra must be a dict, not {type(self.extra).__name__}")
+        if not isinstance(self.name, str):
+            raise UsageError(f"name must be text, not {self.name!r:.60}")
+        if self.total is not None:
+            set_(self, "total", whole(self.total, "--total", 1, MAX_TOTAL))
+        if self.tensorboard is not None and not (
+            isinstance(self.tensorboard, str) and self.tensorboard.strip()
+        ):
+            raise UsageError(f"--tensorboard takes a folder, not {self.tensorboard!r:.60}")
+        set_(self, "track", tracker_names(self.track))
+
+
+def tracker_names(track: object) -> tuple[str, ...]:
+    """``--track``'s value (``"mlflow,wandb"``, a list of such) as tracker names, each once;
+    an unknown name is one line listing the known ones."""
+    if not track:
+        return ()
+    items = [track] if isinstance(track, str) else track
+    if not isinstance(items, (list, tuple)) or not all(isinstance(t, str) for t in items):
+        raise UsageError(f"--track takes tracker names like mlflow,wandb, not {track!r:.60}")
+    out: list[str] = []
+    for name in (n.strip().lower() for t in items for n in t.split(",")):
+        if name and name not in out:
+            out.append(name)
+    bad = [n for n in out if n not in TRACKERS]
+    if bad:
+        raise UsageError(f"--track {bad[0]!r}: choose from {', '.join(TRACKERS)}")
+    return tuple(out)
+
+
+def cell_flags() -> list[tuple[str, tuple[str, ...], dict]]:
+    """Each cell option's field name, its words and ``add_argument``'s keywords (its default
+    the field's, unless it says otherwise), in order."""
+    return [
+        (
+            f.name,
+            f.metadata["flag"],
+            {"dest": f.name, "default": f.default, **f.metadata["argparse"]},
+        )
+        for f in fields(CellOptions)
+        if "flag" in f.metadata
+    ]
 
 
 def _rank_list(ranks: object) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ import signal
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .config import CellOptions
 from .telemetry.events import (
     MESH_DIMENSIONS,
     Batch,
@@ -187,14 +188,13 @@ class CellRequest:
     """One ``%%distributed`` cell (or script) for one rank."""
 
     program: Program
+    options: CellOptions = CellOptions()  # the cell's options, whole: each read where it acts
     run_key: str = "default"  # names the run's checkpoints; kept across restarts and replays
     run_id: str = ""  # the run (default: run_key): checkpoints another run wrote move aside
-    resume: bool = False  # unless this: the run continues an earlier run's checkpoints
     group: RankInfo | None = None  # re-form the process group first, as this rank
     want_value: bool = False  # send the last expression's value back (the main rank)
     group_timeout: float = 300.0
     trial: TrialInfo | None = None  # a sweep's trial: its group is ``group``, of its own ranks
-    profile: int | bool = False  # torch.profiler: True for the whole cell, N for N steps
     telemetry: bool = True  # send report()'s records and health: the kernel watches the run
 
 

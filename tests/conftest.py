@@ -80,6 +80,31 @@ def assert_gone(procs, timeout: float = 10.0) -> None:
         raise AssertionError(f"still running after {timeout} s: {left}") from None
 
 
+def watched(cluster, source: str, opts=None, **kw):
+    """The watch ``%%distributed`` gives ``source`` on ``cluster`` (the run store, the board,
+    what ``opts`` asks for; ``kw``: ``assemble``'s, such as ``cfg``, ``store_at``, ``extra``):
+    hand it to ``cluster.run(..., watch=)``, which closes it at the run's end."""
+    from nbdist.config import CellOptions
+    from nbdist.notebook.run.observers.assembly import assemble
+
+    ranks = [s.rank for s in cluster.slots]
+    return assemble(source, opts or CellOptions(), ranks, **kw)
+
+
+def board_of(watch):
+    """The live dashboard's observer of a watched run (``.dashboard``, ``.latencies``)."""
+    from nbdist.notebook.run.observers.dashboard import Board
+
+    return watch.find(Board)
+
+
+def store_of(watch):
+    """The run store a watched run is kept in."""
+    from nbdist.notebook.run.observers.store import RunRecord
+
+    return watch.find(RunRecord).writer.store
+
+
 def _process(pid: int) -> psutil.Process | None:
     try:
         return psutil.Process(pid)

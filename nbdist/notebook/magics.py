@@ -7,25 +7,19 @@ to type instead.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import keyword
 import os
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
-from ..config import CellOptions
+from ..config import CellOptions, cell_flags, positive
 from ..errors import UsageError
 from . import session
 from .arguments import Parser, parse
 from .housekeeping import gc as housekeeping
 from .sweeps.spec import SweepSpec, parse_sweep
-
-
-def _ranks(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(r) for r in text.split(",") if r.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected ranks like 0,2 not {text!r}") from None
 
 
 @functools.cache  # built once: a cell's parse is then the parse alone
@@ -123,8 +117,8 @@ def _distributed_parser() -> Parser:
         metavar="NAME=VALUES",
         help="run once per value: lr=0.1,0.01 (a grid), or lr=1e-4..1e-1:log with --samples",
     )
-    p.add_argument("--trial-size", type=_positive, default=None, help="ranks per trial")
-    p.add_argument("--samples", type=_positive, default=None, help="draw N random trials")
+    p.add_argument("--trial-size", type=positive, default=None, help="ranks per trial")
+    p.add_argument("--samples", type=positive, default=None, help="draw N random trials")
     p.add_argument("--seed", type=int, default=0, help="seed of --samples' draws")
     p.add_argument(
         "--stop-early", default=None, metavar="RULE", help="median: stop hopeless trials"
@@ -149,65 +143,15 @@ def _sweep_spec(args: argparse.Namespace) -> SweepSpec | None:
 
 
 def _add_cell_options(p: argparse.ArgumentParser) -> None:
-    """The options of ``%%distributed``, which ``%nbdist run`` shares."""
-    p.add_argument("--timeout", type=float, default=None, help="stop the cell after SECONDS")
-    p.add_argument("--ranks", type=_ranks, default=None, help="run on these ranks only: 0,2")
-    p.add_argument("--all-output", action="store_true", help="show every rank's output")
-    # recovery (see nbdist.notebook.run.recovery)
-    p.add_argument("--restarts", type=int, default=0, help="replace lost workers up to R times")
-    p.add_argument("--min-workers", type=int, default=None, help="shrink to no fewer than M")
-    resume = "continue an earlier run's checkpoints of the same name (run=, a sweep's --name)"
-    p.add_argument("--resume", action="store_true", help=resume)
-    hung = "seconds without progress before a rank counts as hung"
-    p.add_argument("--progress-timeout", type=float, default=300.0, help=hung)
-    # telemetry (see nbdist.notebook.board.runs)
-    p.add_argument("--no-dashboard", action="store_true", help="no live dashboard widget")
-    p.add_argument("--total", type=_positive, default=None, help="steps in all, for the ETA")
-    p.add_argument("--tensorboard", metavar="DIR", default=None, help="also write TensorBoard logs")
-    p.add_argument("--stop-on-nan", action="store_true", help="stop every rank on a NaN/inf loss")
-    p.add_argument("--name", default="", help="a name for this run in nbdist.runs()")
-    # experiment trackers (see nbdist.notebook.trackers): --track mlflow --track wandb, or a,b
-    p.add_argument("--track", action="append", help="also send it to mlflow, wandb or comet")
-    # looking inside (see nbdist.notebook.debug.profile)
-    p.add_argument(
-        "--profile",
-        nargs="?",
-        const=True,
-        default=False,
-        type=_profile_steps,
-        metavar="STEPS",
-        help="torch.profiler on every rank: the whole cell, or its first STEPS steps",
-    )
+    """The options of ``%%distributed``, which ``%nbdist run`` shares: ``config.CellOptions``'
+    fields, as each declares its words."""
+    for _, words, kw in cell_flags():
+        p.add_argument(*words, **kw)
 
 
 def _cell_options(args: argparse.Namespace) -> CellOptions:
-    telemetry = {
-        "dashboard": not args.no_dashboard,
-        "total": args.total,
-        "tensorboard": args.tensorboard,
-        "stop_on_nan": args.stop_on_nan,
-        "track": args.track,  # checked by the run's monitor (trackers.sinks)
-    }
-    return CellOptions(
-        timeout=args.timeout,
-        ranks=args.ranks,
-        all_output=args.all_output,
-        restarts=args.restarts,
-        min_workers=args.min_workers,
-        progress_timeout=args.progress_timeout,
-        profile=args.profile,
-        resume=args.resume,
-        extra=telemetry,
-    )
-
-
-def _profile_steps(text: str) -> int | bool:
-    if text == "all":
-        return True
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of steps, not {text!r}") from None
+    """The cell's options as the line gave them."""
+    return CellOptions(**{name: getattr(args, name) for name, _, _ in cell_flags()})
 
 
 def _explicit_profile(tokens: list[str]) -> list[str]:
@@ -225,21 +169,6 @@ def _key_value(text: str) -> tuple[str, str]:
     if not eq or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
     return key.strip(), value
-
-
-_MAX_TOTAL = 10**15  # steps: the dashboard's numbers stay exact (below 2**53)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {text!r}")
-    if value > _MAX_TOTAL:
-        raise argparse.ArgumentTypeError(f"expected at most {_MAX_TOTAL:.0e} steps, not {text!r}")
-    return value
 
 
 def _status_table(rows: list[dict]) -> str:
@@ -322,10 +251,10 @@ class NbdistMagics(Magics):
             from .run import programs
 
             opts = _cell_options(args)  # bad options first, then the file, then the cluster
+            if not opts.name:
+                opts = dataclasses.replace(opts, name=os.path.basename(args.file))
             program = programs.load(args.file, args.args)
-            cluster = session.current()
-            name = args.name or os.path.basename(args.file)
-            programs.run_watched(cluster, program, opts, name)
+            programs.run_watched(session.current(), program, opts)
         elif args.command == "stacks":
             from .debug import stacks
 
@@ -369,5 +298,5 @@ class NbdistMagics(Magics):
         if spec is not None:
             from .sweeps.trials import run_sweep
 
-            return run_sweep(program, spec, opts, board=not args.no_dashboard)
-        return programs.run_watched(cluster, program, opts, args.name)
+            return run_sweep(program, spec, opts)
+        return programs.run_watched(cluster, program, opts)

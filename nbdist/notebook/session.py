@@ -28,7 +28,7 @@ from .debug import postmortem
 from .debug import profile as profiling
 from .debug.profile import Profile
 from .run import controller, programs
-from .run.observers import RunObserver
+from .run.observers.watch import Watch
 
 _current: Cluster | None = None
 #: Seconds a pull may take (a large value pickled, sent and unpickled) before it is given up.
@@ -62,23 +62,24 @@ class Cluster(Ranks):
         source: str,
         opts: config.CellOptions | None = None,
         transform: Callable[[str], str] | None = None,
-        observers: list[RunObserver] | None = None,
+        watch: Watch | None = None,
     ):
         """Run ``source`` on the ranks (all by default); return rank 0's last expression value.
 
-        ``observers`` are told of the run's phases and recovery events, and see the ranks at
-        every poll of the supervisor (``run.observers.RunObserver``): the dashboard's way in.
+        Unwatched unless ``watch`` is given (``run.observers.assembly``: ``assemble`` for the
+        run store and the dashboard, as ``%%distributed`` has them; ``bare`` for observers of
+        your own): it is told what the ranks report and how the run goes, and closed at its end.
         """
-        return self.run_program(programs.cell(source, transform), opts, observers)
+        return self.run_program(programs.cell(source, transform), opts, watch)
 
     def run_program(
         self,
         program: Program,
         opts: config.CellOptions | None = None,
-        observers: list[RunObserver] | None = None,
+        watch: Watch | None = None,
     ):
         """Run a cell or script (``run.programs``) on the ranks; return a cell's last value."""
-        return controller.run(self, program, opts or config.CellOptions(), observers)
+        return controller.run(self, program, opts or config.CellOptions(), watch)
 
     # -- data back --------------------------------------------------------------------------
     def pull(self, name: str, rank: int = 0):
@@ -223,13 +224,6 @@ def run_script(
     cell if the script destroyed it).
     """
     program = programs.load(file, args)
-    telemetry = {
-        "dashboard": dashboard,
-        "total": total,
-        "tensorboard": tensorboard,
-        "stop_on_nan": stop_on_nan,
-        "track": track,
-    }
     opts = config.CellOptions(
         timeout=timeout,
         ranks=tuple(ranks) if ranks is not None else None,
@@ -239,9 +233,14 @@ def run_script(
         progress_timeout=progress_timeout,
         profile=profile,
         resume=resume,
-        extra=telemetry,
+        name=name or Path(program.name).name,
+        dashboard=dashboard,
+        total=total,
+        tensorboard=tensorboard,
+        stop_on_nan=stop_on_nan,
+        track=track or (),
     )
-    programs.run_watched(current(), program, opts, name or Path(program.name).name)
+    programs.run_watched(current(), program, opts)
 
 
 @atexit.register

@@ -14,7 +14,7 @@ read back from the run store) fold records through this one class, so both draw 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .curves import Curve, Outbox
@@ -42,9 +42,10 @@ class RunSeries:
     """Curves of every metric of one run: ``ranks[name][rank]`` and ``mean[name]``.
 
     ``add()`` takes one rank's values at a step; ``settle()`` folds the steps every rank has
-    passed into the means. Once ``keep_fresh()`` is called, the points added since are also kept
+    passed into the means, and lists the points it settled when asked (TensorBoard and the
+    trackers get them). Once ``keep_fresh()`` is called, the points added since are also kept
     apart, for ``take_fresh()`` (a live board sends them to the browser), in outboxes bounded
-    as the curves are. ``on_mean(name, x, y)`` hears of each settled mean (TensorBoard).
+    as the curves are.
     """
 
     def __init__(self, limit: int = 2000, max_metrics: int = MAX_METRICS):
@@ -57,7 +58,6 @@ class RunSeries:
         self._dropped: set[str] = set()  # bounded by the check below
         self._sums: dict[str, dict[int, list[float]]] = {}  # name -> step -> [sum, count]
         self.latest: dict[int, int] = {}  # rank -> its latest step
-        self.on_mean: Callable[[str, float, float], None] | None = None
         # points not yet taken (keep_fresh): (name, rank) -> Outbox; (name, None): the mean's
         self._fresh: dict[tuple[str, int | None], Outbox] | None = None
 
@@ -104,9 +104,15 @@ class RunSeries:
         return True
 
     # -- the means --------------------------------------------------------------------------
-    def settle(self, upto: float | None = None, final: bool = False) -> None:
+    def settle(
+        self,
+        upto: float | None = None,
+        final: bool = False,
+        into: list[tuple[str, float, float]] | None = None,
+    ) -> None:
         """Fold each metric's steps up to ``upto`` (default: the step every rank has passed;
-        every step when ``final``) into its mean, in step order."""
+        every step when ``final``) into its mean, in step order; the points settled are added
+        to ``into``, when given, as ``(name, step, mean)``."""
         if upto is None:
             upto = min(self.latest.values(), default=-math.inf)
         for name, sums in self._sums.items():
@@ -131,8 +137,8 @@ class RunSeries:
                     if box is None:
                         box = self._fresh[name, None] = Outbox()
                     box.add(step, value)
-                if self.on_mean is not None:
-                    self.on_mean(name, step, value)
+                if into is not None:
+                    into.append((name, step, value))
 
     def keep_fresh(self) -> None:
         """From now on, keep the points added apart too, for ``take_fresh``."""

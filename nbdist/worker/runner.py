@@ -130,7 +130,8 @@ def run_cell(req: CellRequest) -> CellOutcome:
     ``req.group``, when given, is this rank's new RankInfo: the process group is (re-)formed
     first, on every rank at once, before the cell's own code runs.
     """
-    checkpoint.set_run(req.run_key, req.run_id, req.resume)
+    opts = req.options
+    checkpoint.set_run(req.run_key, req.run_id, opts.resume)
     postmortem.forget()  # the last failure's frames: kept until now
     stacks.install()  # where this rank is, on a signal, even if the last cell took the handler
     state.engine.program_file = req.program.filename
@@ -143,8 +144,8 @@ def run_cell(req: CellRequest) -> CellOutcome:
         if req.group is not None:
             rendezvous.form(req.group, req.group_timeout)
         bound = trials.begin(req.trial)
-        if req.profile:
-            profiler.start(req.profile)
+        if opts.profile:
+            profiler.start(opts.profile)
         _async_ranks("begin_cell")
         out = CellOutcome(kind="ok", at=time.time(), value=_execute(req.program, req.want_value))
         _async_ranks("end_cell")
@@ -154,7 +155,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
             rendezvous.abort()
             postmortem.keep(exc, req.program.filename)  # for %nbdist debug, until the next cell
     finally:
-        profiled = profiler.finish() if req.profile else None
+        profiled = profiler.finish() if opts.profile else None
         trials.end(req.trial, bound)
         sender.end_cell()  # the last records go out before the reply
         sys.stdout.flush()

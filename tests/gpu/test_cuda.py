@@ -21,14 +21,13 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import assert_gone, shutdown_kernel, start_kernel
+from conftest import assert_gone, shutdown_kernel, start_kernel, store_of, watched
 
 import nbdist
 from nbdist.config import CellOptions, TelemetryConfig
 from nbdist.errors import DistributedCellError, UsageError
 from nbdist.notebook.board import dashboard as dashboard_mod
 from nbdist.notebook.magics import _status_table
-from nbdist.notebook.run import monitor
 from nbdist.worker import api
 
 pytestmark = [
@@ -273,9 +272,8 @@ class TestOneGpu:
             "torch.cuda.synchronize()\n"
         )
         opts = CellOptions()
-        mon = monitor.RunMonitor(gpu, src, opts, cfg=TelemetryConfig(silent_after=5.0))
-        with mon:
-            gpu.run(src, opts, observers=[mon])
+        mon = watched(gpu, src, opts, cfg=TelemetryConfig(silent_after=5.0))
+        gpu.run(src, opts, watch=mon)
         st = mon.collector.ranks[0]
         h = st.health
         assert h is not None and h.gpu_mem is not None and h.gpu_mem >= 4096 * 4096 * 4, h
@@ -283,7 +281,7 @@ class TestOneGpu:
         row = dashboard_mod.rank_row(st, time.time(), zero_based=True)
         assert 0 <= row["gpu_util"] <= 100, row  # the board's GPU columns, as numbers
         assert row["gpu_mb"] >= 64, row  # the 64 MiB matrix, at least
-        [stored] = mon.writer.store.health(mon.run_id)
+        [stored] = store_of(mon).health(mon.run_id)
         assert stored["gpu_mem"] >= 4096 * 4096 * 4 and stored["gpu_util"] is not None
 
     # -- (f) engines forked from the warm fork server -----------------------------------------

@@ -19,10 +19,9 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import REGRESSION, assert_gone, cluster_with
+from conftest import REGRESSION, assert_gone, cluster_with, watched
 
 from nbdist.config import CellOptions
-from nbdist.notebook.run import monitor
 from nbdist.telemetry.store import RunStore
 
 # Defined on every rank: a small regression task, one batch per step and rank; each rank's
@@ -128,8 +127,8 @@ class TestTwoRanks:
         store = RunStore(tmp_path / "runs.sqlite")
         src = "model, opt, losses, _ = train(30, sync='async', sync_every=1, max_staleness=3)"
         opts = CellOptions()
-        with monitor.RunMonitor(c, src, opts, store=store) as mon:
-            c.run(src, opts, observers=[mon])
+        mon = watched(c, src, opts, store_at=store)
+        c.run(src, opts, watch=mon)
         services.append(_service_pid(c))
         syncs = [e for e in store.events(mon.run_id) if e["kind"] == "sync"]
         assert {e["rank"] for e in syncs} == {0, 1}, syncs  # every rank reports its own

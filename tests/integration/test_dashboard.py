@@ -48,7 +48,7 @@ def _value(kernel, expr: str):
 @pytest.fixture(scope="module")
 def ready(kernel):
     kernel.ok("%nbdist start -n 2")
-    kernel.ok("from nbdist.notebook.run import monitor as _runs")
+    kernel.ok("from nbdist.notebook.run.observers import dashboard as _boards, watch as _runs")
     yield kernel
     kernel.ok("%nbdist stop")
 
@@ -96,7 +96,7 @@ def test_training_cell_shows_a_live_dashboard_and_keeps_the_run(ready):
         k,
         "(lambda d: (d.widget.head, "
         "[(r['rank'], r['steps'], r['loss'], r['state']) for r in d.rows]))"
-        "(_runs.last().dashboard)",
+        "(_boards.last().dashboard)",
     )
     head, rows = state
     assert (head["steps"], head["total"], head["status"]) == (40, 40, "ok")
@@ -106,7 +106,7 @@ def test_training_cell_shows_a_live_dashboard_and_keeps_the_run(ready):
     # last lines only, so each line is shown once
     printed = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
     assert printed.count("step 30 <b>bold?</b>") == 1
-    logs = _value(k, "_runs.last().dashboard.widget.history['logs']")
+    logs = _value(k, "_boards.last().dashboard.widget.history['logs']")
     assert list(logs) == ["1"] and "step 30 <b>bold?</b>" in logs["1"]  # text, as printed
 
     listing = _value(
@@ -123,7 +123,7 @@ def test_training_cell_shows_a_live_dashboard_and_keeps_the_run(ready):
         "__import__('nbdist').runs(limit=1)[0].metrics(as_frame=False)]",
     )
     assert len(rows) == 80 and (1, 39, pytest.approx(2 / 40)) in rows
-    p95 = _value(k, "sorted(_runs.last().latencies)[int(0.95 * len(_runs.last().latencies))]")
+    p95 = _value(k, "sorted(_boards.last().latencies)[int(0.95 * len(_boards.last().latencies))]")
     # the benchmark measures it properly (`python -m benchmarks --only report`); this only
     # catches a stuck pipeline (the module's first cell, on a cold machine, saw 1.05 s once)
     assert p95 < 3.0
@@ -144,7 +144,7 @@ def test_a_failed_rank_is_named_and_its_peers_shown_as_stopped(ready):
     k = ready
     msgs = _run(k, FAILING)
     assert any("KeyError" in e for e in _errors(msgs))
-    rows = _value(k, "[(r['rank'], r['state'], r['error']) for r in _runs.last().dashboard.rows]")
+    rows = _value(k, "[(r['rank'], r['state'], r['error']) for r in _boards.last().dashboard.rows]")
     assert rows == [(0, "stopped", None), (1, "failed", "KeyError: 'b'")]
     events = _value(k, "[(e.kind, e.rank, e.message) for e in _runs.last().events]")
     assert ("failed", 1, "KeyError: 'b'") in events
@@ -160,7 +160,7 @@ def test_a_failed_rank_is_named_and_its_peers_shown_as_stopped(ready):
     from nbdist.telemetry.format import fmt_duration
 
     assert message.startswith(f"failed after {fmt_duration(run[2])}")
-    head = _value(k, "_runs.last().dashboard.widget.head")
+    head = _value(k, "_boards.last().dashboard.widget.head")
     assert fmt_duration(head["elapsed"]) == fmt_duration(run[2])
     states = _value(
         k,
@@ -223,7 +223,7 @@ def test_an_unwritable_store_warns_once_and_training_goes_on(ready, tmp_path):
     assert res.error is None and res.result == "7"
     assert res.stderr.count("nbdist: warning: the run store") == 1
     assert "training goes on" in res.stderr
-    assert _value(k, "_runs.last().dashboard.widget.head['steps']") == 8
+    assert _value(k, "_boards.last().dashboard.widget.head['steps']") == 8
 
 
 def test_stop_on_nan_through_the_magic(ready):
@@ -240,8 +240,8 @@ for i in range(300):
         "DistributedCellError: rank 0: loss is not finite: loss is inf at step 3 "
         "(stopped by --stop-on-nan)"
     ]
-    assert _value(ready, "_runs.last().dashboard.rows[0]['loss']") == "inf"
-    events = _value(ready, "[e['kind'] for e in _runs.last().dashboard.widget.history['events']]")
+    assert _value(ready, "_boards.last().dashboard.rows[0]['loss']") == "inf"
+    events = _value(ready, "[e['kind'] for e in _boards.last().dashboard.widget.history['events']]")
     assert "nan" in events
     run = _value(
         ready,
@@ -260,7 +260,7 @@ def test_an_interrupted_run_is_kept_as_interrupted(ready):
     )
     assert res.error is not None and res.error["ename"] == "CellInterrupted"
     assert _value(ready, "__import__('nbdist').runs(limit=1)[0]['status']") == "interrupted"
-    assert _value(ready, "_runs.last().dashboard.widget.head['status']") == "interrupted"
+    assert _value(ready, "_boards.last().dashboard.widget.head['status']") == "interrupted"
 
 
 # -- a real browser ------------------------------------------------------------------------------
@@ -484,12 +484,12 @@ for i in range(30):
 """
     )
     assert res.error is None, res.error
-    rows = _value(ready, "[(r['stage'], r['idle']) for r in _runs.last().dashboard.rows]")
+    rows = _value(ready, "[(r['stage'], r['idle']) for r in _boards.last().dashboard.rows]")
     assert [stage for stage, _ in rows] == ["0/2", "1/2"]
     assert all(0 <= idle <= 100 for _, idle in rows), rows
     # a later cell without a pipeline shows no stage column
     assert _run(ready, TRAIN.replace("40", "4").replace("demo", "plain")) and _value(
-        ready, "[r['stage'] for r in _runs.last().dashboard.rows]"
+        ready, "[r['stage'] for r in _boards.last().dashboard.rows]"
     ) == [None, None]
 
 
@@ -504,7 +504,7 @@ for i in range(20):
 """
     )
     assert res.error is None, res.error
-    rows = _value(ready, "[(r['pp'], r['dp'], r['tp']) for r in _runs.last().dashboard.rows]")
+    rows = _value(ready, "[(r['pp'], r['dp'], r['tp']) for r in _boards.last().dashboard.rows]")
     assert rows == [(None, "0/2", None), (None, "1/2", None)]  # a dp column only
     health = _value(ready, "[w['mesh'] for w in __import__('nbdist').runs(limit=1)[0].health()]")
     assert health == ["dp 0/2", "dp 1/2"]  # what the sidebar reads

@@ -37,8 +37,8 @@ for step in range(10):
     nbdist.report(step=step, loss=lr / (step + 1), samples=8)
     time.sleep(0.03)
 """
-KEEP = """from nbdist.notebook.run import monitor
-dash = monitor.last().dashboard  # before the sweep's trials become the latest runs
+KEEP = """from nbdist.notebook.run.observers import dashboard as boards
+dash = boards.last().dashboard  # before the sweep's trials become the latest runs
 """
 COUNT = """import json
 from nbdist.notebook.sweeps import board
@@ -53,7 +53,7 @@ try:
     get_ipython().run_cell_magic("distributed", "--total 30 --name live", {body!r})
 finally:
     del os.environ["NBDIST_BOARDS"]
-d = monitor.last().dashboard
+d = boards.last().dashboard
 print("BOARDS " + json.dumps({{"live": d.live, "messages": d.messages, "seconds": d.seconds}}))
 """
 

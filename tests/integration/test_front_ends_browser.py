@@ -27,14 +27,14 @@ for step in range(30):
     time.sleep(0.05)
 """
 # run after the boards' cells have ended: by then the kernel has read their acknowledgements
-SEEN = """from nbdist.notebook.run import monitor
+SEEN = """from nbdist.notebook.run.observers import dashboard as boards
 from nbdist.notebook.sweeps import board
 print("SEEN", dash.seen, dash.live, board.last().seen, board.last().live)
 """
 CELLS = [
     "%load_ext nbdist\n%nbdist start -n 2",
     TRAIN,
-    "from nbdist.notebook.run import monitor\ndash = monitor.last().dashboard",
+    "from nbdist.notebook.run.observers import dashboard as boards\ndash = boards.last().dashboard",
     SWEEP,
     SEEN,
     "%nbdist stop",

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import REGRESSION, cluster_with
+from conftest import REGRESSION, cluster_with, watched
 
 from nbdist.config import CellOptions
-from nbdist.notebook.run import monitor
 from nbdist.telemetry.store import RunStore
 from nbdist.worker.train.gossip import DRIFT_EVERY
 
@@ -152,8 +151,8 @@ class TestTwoRanks:
         store = RunStore(tmp_path / "runs.sqlite")
         src = "train(12, sync='gossip', sync_every=1)"
         opts = CellOptions()
-        with monitor.RunMonitor(ranks, src, opts, store=store) as mon:
-            ranks.run(src, opts, observers=[mon])
+        mon = watched(ranks, src, opts, store_at=store)
+        ranks.run(src, opts, watch=mon)
         syncs = [e for e in store.events(mon.run_id) if e["kind"] == "sync"]
         assert syncs, store.events(mon.run_id)
         first = syncs[0]

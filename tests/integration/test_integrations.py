@@ -8,10 +8,10 @@ import math
 from types import SimpleNamespace
 
 import pytest
+from conftest import store_of, watched
 
 from nbdist.config import CellOptions, TelemetryConfig
 from nbdist.errors import UsageError
-from nbdist.notebook.run import monitor
 from nbdist.worker.integrations import numbers
 
 # dashboards are built and updated (their widgets too), but there is no front end here
@@ -105,10 +105,9 @@ trainer.train()
 def _train(cluster, source: str):
     """Run ``source`` on both ranks under a monitor: (rank 0's value, metric rows, collector)."""
     opts = CellOptions()
-    mon = monitor.RunMonitor(cluster, source, opts, cfg=TelemetryConfig())
-    with mon:
-        value = cluster.run(source, opts, observers=[mon])
-    return value, mon.writer.store.metrics(mon.run_id), mon.collector
+    mon = watched(cluster, source, opts, cfg=TelemetryConfig())
+    value = cluster.run(source, opts, watch=mon)
+    return value, store_of(mon).metrics(mon.run_id), mon.collector
 
 
 def _rows(rows, rank, with_loss=None):

@@ -8,7 +8,8 @@ from collections import deque
 
 from nbdist.config import CellOptions
 from nbdist.notebook.board.collector import LOG_LINE
-from nbdist.notebook.run import monitor, programs
+from nbdist.notebook.run import programs
+from nbdist.notebook.run.observers import watch
 
 LOUD = """import sys
 if nbdist.rank() == 1:
@@ -35,10 +36,10 @@ def _big_texts() -> int:
 
 
 def test_a_rank_that_printed_3_mb_leaves_its_last_lines_only(cluster, no_front_end, capsys):
-    opts = CellOptions(extra={"dashboard": True})
-    assert programs.run_watched(cluster, programs.cell(LOUD), opts, "loud") == 1
+    opts = CellOptions(dashboard=True, name="loud")
+    assert programs.run_watched(cluster, programs.cell(LOUD), opts) == 1
     assert _big_texts() == 0
-    st = monitor.last().collector.ranks[1]
+    st = watch.last().collector.ranks[1]
     half = "x" * (LOG_LINE // 2)  # a board line keeps its start and end
     assert list(st.log)[-2:] == [f"{half} … (499 characters left out) … {half}", "the end"]
     # rank 0's output is the one printed under the cell, and it printed nothing
@@ -46,8 +47,8 @@ def test_a_rank_that_printed_3_mb_leaves_its_last_lines_only(cluster, no_front_e
 
 
 def test_a_shown_rank_that_printed_3_mb_shows_its_start_and_end(cluster, no_front_end, capsys):
-    opts = CellOptions(all_output=True, extra={"dashboard": False})
-    programs.run_watched(cluster, programs.cell(LOUD), opts, "loud, shown")
+    opts = CellOptions(all_output=True, dashboard=False, name="loud, shown")
+    programs.run_watched(cluster, programs.cell(LOUD), opts)
     out = capsys.readouterr().out.splitlines()
     assert _big_texts() == 0
     assert len(out) < 1200  # 1 MB shown as it came, 100 kB of the end, and the notes

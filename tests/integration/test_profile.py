@@ -61,8 +61,8 @@ def test_the_profile_names_the_rank_the_others_wait_for(ready):
     # the dashboard's bars, one per rank, the straggler marked
     shown = json.loads(
         ready.ok(
-            "from nbdist.notebook.run import monitor\n"
-            "print(json.dumps(monitor.last().dashboard.widget.history['profile']))"
+            "from nbdist.notebook.run.observers import dashboard as boards\n"
+            "print(json.dumps(boards.last().dashboard.widget.history['profile']))"
         ).stdout
     )
     assert shown["straggler"] == 1 and len(shown["rows"]) == 2

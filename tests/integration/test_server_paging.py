@@ -16,10 +16,11 @@ import threading
 import time
 
 import pytest
+from conftest import watched
 from test_server import fetch_error
 
 from nbdist.config import CellOptions, TelemetryConfig
-from nbdist.notebook.run import monitor
+from nbdist.notebook.run.observers.store import RunRecord
 from nbdist.server import curves as server_curves
 from nbdist.server import pages
 from nbdist.telemetry.store import RunStore
@@ -175,19 +176,17 @@ async def test_huge_steps_and_infinite_samples_from_a_cell(jp_fetch, data_dir, c
         "nbdist.report(step=5, loss=0.1)\n"
         "said"
     )
-    opts = CellOptions()
-    mon = monitor.RunMonitor(
-        cluster, src, opts, cfg=TelemetryConfig(), store=RunStore(), dashboard=False
-    )
-    with mon:
-        said = cluster.run(src, opts, observers=[mon])
+    opts = CellOptions(dashboard=False)
+    mon = watched(cluster, src, opts, cfg=TelemetryConfig(), store_at=RunStore())
+    writer = mon.find(RunRecord).writer
+    said = cluster.run(src, opts, watch=mon)
     # refused where it enters, in one line; the store's own refusal is test_store_bounds's
     assert (
         said
         == "nbdist.report: step 9223372036854775808 is too large to record: keep it below 2**63"
     )
-    assert mon.writer.error is None and mon.writer.refused.count == 0
-    rows = mon.writer.store.metrics(mon.run_id)
+    assert writer.error is None and writer.refused.count == 0
+    rows = writer.store.metrics(mon.run_id)
     assert sorted(r["step"] for r in rows) == sorted([*range(5), 5] * 2)  # the rest are kept
     runs, _ = await get(jp_fetch, "runs")
     assert runs["runs"][0]["id"] == mon.run_id and runs["runs"][0]["samples_per_s"] is None

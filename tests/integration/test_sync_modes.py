@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import REGRESSION, assert_gone, kill_when
+from conftest import REGRESSION, assert_gone, kill_when, watched
 
 from nbdist.config import CellOptions
-from nbdist.notebook.run import monitor
 from nbdist.telemetry.store import RunStore
 
 WORLD, LR = 2, 0.05
@@ -165,8 +164,8 @@ def test_sync_events_carry_the_drift(ranks, tmp_path, no_front_end):
     store = RunStore(tmp_path / "runs.sqlite")
     src = "train(9, sync='diloco', sync_every=3)"
     opts = CellOptions()
-    with monitor.RunMonitor(ranks, src, opts, store=store) as mon:
-        ranks.run(src, opts, observers=[mon])
+    mon = watched(ranks, src, opts, store_at=store)
+    ranks.run(src, opts, watch=mon)
     syncs = [e for e in store.events(mon.run_id) if e["kind"] == "sync"]
     assert syncs, store.events(mon.run_id)
     first = syncs[0]

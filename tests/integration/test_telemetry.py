@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
-from conftest import wait_until
+from conftest import board_of, store_of, wait_until, watched
 
 import nbdist
 from nbdist.config import CellOptions, TelemetryConfig
 from nbdist.errors import DistributedCellError, UsageError
 from nbdist.notebook.board import runs
-from nbdist.notebook.run import monitor
+from nbdist.notebook.run.observers.base import Observer
 from nbdist.telemetry import events as ev
 from nbdist.telemetry.store import RunStore
 
@@ -22,10 +23,9 @@ CFG = TelemetryConfig(silent_after=1.0, slow_factor=2.0)
 pytestmark = pytest.mark.usefixtures("no_front_end")
 
 
-def _monitor(cluster, source, cfg=CFG, opts=None, **kw):
-    opts = opts or CellOptions()
-    mon = monitor.RunMonitor(cluster, source, opts, cfg=cfg, **kw)
-    return mon, opts
+def _monitor(cluster, source, cfg=CFG, opts=None, extra=(), **kw):
+    opts = dataclasses.replace(opts or CellOptions(), **kw)
+    return watched(cluster, source, opts, cfg=cfg, extra=extra), opts
 
 
 def test_reports_and_health_arrive_tied_to_the_cell(cluster):
@@ -37,8 +37,7 @@ def test_reports_and_health_arrive_tied_to_the_cell(cluster):
         "    time.sleep(0.02)\n"
     )
     mon, opts = _monitor(cluster, src)
-    with mon:
-        cluster.run(src, opts, observers=[mon])
+    cluster.run(src, opts, watch=mon)
     col = mon.collector
     assert col.records == 40 and col.total == 20 and col.done() == 20
     for r in (0, 1):
@@ -47,24 +46,23 @@ def test_reports_and_health_arrive_tied_to_the_cell(cluster):
         assert st.health.pid == cluster.slots[r].pid  # the engine's own pid, not its parent's
         assert st.health.reports == 20 and st.health.step_time > 0
         assert st.state == ev.DONE  # the cell ended well on it
-    store = mon.writer.store
+    store = store_of(mon)
     rows = store.metrics(mon.run_id)
     assert len(rows) == 40 and rows[0]["extra"] == {"lr": 0.5}
     assert {h["rank"]: h["state"] for h in store.health(mon.run_id)} == {0: "done", 1: "done"}
     assert store.get_run(mon.run_id)["step"] == 20
-    assert max(mon.latencies) < 5.0
+    assert max(board_of(mon).latencies) < 5.0
 
 
 def test_health_flows_without_report(cluster):
     src = "import time\ntime.sleep(1.2)\n"
     mon, opts = _monitor(cluster, src)
-    with mon:
-        cluster.run(src, opts, observers=[mon])
+    cluster.run(src, opts, watch=mon)
     for st in mon.collector.ranks.values():
         assert st.health.rss > 10_000_000 and st.reports == 0
         assert st.last_seen is not None
-    assert mon.dashboard is None  # a cell that never reports gets no dashboard
-    assert len(mon.writer.store.health(mon.run_id)) == 2
+    assert board_of(mon).dashboard is None  # a cell that never reports gets no dashboard
+    assert len(store_of(mon).health(mon.run_id)) == 2
 
 
 _BATCHES = "from nbdist.worker.reporting import sender as _s\n_s.engine.seq"  # batches sent so far
@@ -79,8 +77,7 @@ def test_a_cell_nobody_watches_sends_nothing_and_one_watched_briefly_sends_one_b
     cluster.run(src)
     assert cluster.run(_BATCHES) == before
     mon, opts = _monitor(cluster, src)
-    with mon:
-        cluster.run(src, opts, observers=[mon])
+    cluster.run(src, opts, watch=mon)
     assert cluster.run(_BATCHES) == before + 1
     assert mon.collector.records == 100  # both ranks' 50 records, in that one batch each
     assert all(st.health is not None for st in mon.collector.ranks.values())
@@ -108,21 +105,15 @@ def test_a_rank_that_never_reports_blocks_nobody_and_reads_silent(cluster):
         "else:\n"
         "    time.sleep(2.0)\n"
     )
-    mon, opts = _monitor(cluster, src)
     states = {0: set(), 1: set()}
 
-    class Watch:  # a second observer: what each rank's state was at every poll
-        def on_phase(self, old, new): ...
-        def on_event(self, kind, rank, message, data): ...
-        def hung_ranks(self, timeout):
-            return []
-
-        def on_poll(self, ranks):
+    class Seen(Observer):  # a second observer: what each rank's state was at every judgement
+        def on_tick(self, tick):
             for r in (0, 1):
-                states[r].add(mon.collector.ranks[r].state)
+                states[r].add(tick.live.ranks[r].state)
 
-    with mon:
-        cluster.run(src, opts, observers=[mon, Watch()])
+    mon, opts = _monitor(cluster, src, extra=[Seen()])
+    cluster.run(src, opts, watch=mon)
     assert mon.collector.done() == 40
     assert states == {0: {ev.OK}, 1: {ev.OK, ev.SILENT}}
     assert any(e.kind == "silent" and e.rank == 1 for e in mon.events)
@@ -139,13 +130,15 @@ def test_nan_is_flagged_and_can_stop_every_rank(cluster):
     mon, opts = _monitor(cluster, src, stop_on_nan=True)
     t0 = time.monotonic()
     with pytest.raises(DistributedCellError, match=r"rank 1: loss is not finite: .* at step 5"):
-        with mon:
-            cluster.run(src, opts, observers=[mon])
+        cluster.run(src, opts, watch=mon)
     assert time.monotonic() - t0 < 6.0  # 400 steps would take 8 s
     nan = [e for e in mon.events if e.kind == "nan"]
     assert len(nan) == 1 and nan[0].rank == 1
-    assert [r["loss"] for r in mon.dashboard.rows] == [1.0, "nan"]  # shown as text, not NaN
-    run = mon.writer.store.get_run(mon.run_id)
+    assert [r["loss"] for r in board_of(mon).dashboard.rows] == [
+        1.0,
+        "nan",
+    ]  # shown as text, not NaN
+    run = store_of(mon).get_run(mon.run_id)
     assert run["status"] == "stopped" and run["nonfinite"] == "nan"
     # the cluster is usable again afterwards
     assert cluster.run("nbdist.rank() + 1") == 1
@@ -163,12 +156,11 @@ def test_a_dead_rank_reads_dead(cluster):
     )
     mon, opts = _monitor(cluster, src, opts=CellOptions(grace=0.5))
     with pytest.raises(DistributedCellError):
-        with mon:
-            cluster.run(src, opts, observers=[mon])
+        cluster.run(src, opts, watch=mon)
     assert mon.collector.ranks[1].state == ev.DEAD
     assert mon.collector.ranks[0].state == ev.STOPPED  # by its peer's death, not by itself
     assert [e.rank for e in mon.events if e.kind == "died"] == [1]
-    store = mon.writer.store
+    store = store_of(mon)
     assert {h["rank"]: h["state"] for h in store.health(mon.run_id)}[1] == "dead"
     run = store.get_run(mon.run_id)
     assert run["status"] == "failed" and any(f["rank"] == 1 for f in run["failures"])
@@ -186,8 +178,7 @@ def test_comm_share_comes_from_ddp(cluster):
         "    nbdist.report(step=i, loss=loss, samples=32)\n"
     )
     mon, opts = _monitor(cluster, src)
-    with mon:
-        cluster.run(src, opts, observers=[mon])
+    cluster.run(src, opts, watch=mon)
     for st in mon.collector.ranks.values():
         share = st.health.comm_share
         assert share is not None and 0.0 <= share < 1.0
@@ -289,8 +280,7 @@ def test_tensorboard_event_files(cluster, tmp_path):
 
     src = "for i in range(10):\n    nbdist.report(step=i, loss=1.0 / (i + 1), lr=0.1)\n"
     mon, opts = _monitor(cluster, src, tensorboard=str(tmp_path / "tb"))
-    with mon:
-        cluster.run(src, opts, observers=[mon])
+    cluster.run(src, opts, watch=mon)
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
     assert {"loss/rank0", "loss/rank1", "lr/rank0", "loss/mean"} <= set(acc.Tags()["scalars"])

@@ -11,8 +11,10 @@ import pytest
 
 from nbdist.config import CellOptions, TelemetryConfig
 from nbdist.notebook.board.collector import Collector, RankState, classify, ending
-from nbdist.notebook.run import monitor
-from nbdist.notebook.run.observers import Phase, RunObserver
+from nbdist.notebook.run.observers.assembly import assemble
+from nbdist.notebook.run.observers.base import Phase
+from nbdist.notebook.run.observers.dashboard import Board
+from nbdist.notebook.run.observers.watch import Watch
 from nbdist.protocol import CellOutcome
 from nbdist.telemetry import events as ev
 from nbdist.telemetry.events import Batch, HealthSample, MetricRecord
@@ -85,11 +87,10 @@ def test_a_rank_that_raised_is_failed_and_its_peers_stopped():
         (ev.STOPPED, None),
     ]
     col = Collector([0, 1], CFG, clock=lambda: 1000.0)
-    seen = []
-    col.on_event = lambda e: seen.append((e.kind, e.rank, e.message))
     feeds = {r: SimpleNamespace(metadata={"stdout": ""}, outcome=o) for r, o in out[:2]}
     col.poll(feeds)
     col.update_states()
+    seen = [(e.kind, e.rank, e.message) for e in col.take_news().events]
     assert [col.ranks[r].state for r in (0, 1)] == [ev.STOPPED, ev.FAILED]
     assert seen == [("failed", 1, "KeyError: 'b'")]  # the board's events name it
 
@@ -103,8 +104,6 @@ def test_classify_without_reports_uses_the_heartbeat_only():
 
 def test_collector_folds_batches_and_flags_nan_at_once():
     col = Collector([0, 1], CFG, clock=lambda: 1000.0)
-    seen = []
-    col.on_event = lambda e: seen.append((e.kind, e.rank, e.message))
     recs0 = [MetricRecord(999.0 + i * 0.1, i, 1.0 / (i + 1), 8, 10, None) for i in range(5)]
     recs1 = [
         MetricRecord(999.0 + i * 0.1, i, 2.0 / (i + 1), 8, None, {"lr": 0.1}) for i in range(4)
@@ -112,6 +111,7 @@ def test_collector_folds_batches_and_flags_nan_at_once():
     recs1.append(MetricRecord(999.5, 4, float("nan"), 8, None, None))
     col.ingest(0, Batch(0, 1, 999.5, recs0))
     col.ingest(1, Batch(1, 1, 999.5, recs1, _health(999.5, host="h1")))
+    seen = [(e.kind, e.rank, e.message) for e in col.take_news().events]
     assert col.total == 10 and col.done() == 5 and col.records == 10
     assert seen == [("nan", 1, "loss is nan at step 4")]
     assert col.ranks[1].nonfinite == "nan" and col.ranks[1].host == "h1"
@@ -135,10 +135,8 @@ def test_the_collector_ignores_what_is_not_a_batch_of_its_version():
 
 
 # -- scale: 64 simulated ranks, 20 reports a second each -----------------------------------------
-def _sim_cluster(n: int):
-    return SimpleNamespace(
-        slots=[SimpleNamespace(rank=r) for r in range(n)], engines=SimpleNamespace(cluster_id="sim")
-    )
+def _sim_watch(n: int, store: RunStore) -> Watch:
+    return assemble("nbdist.report(...)", CellOptions(), range(n), store_at=store, cfg=CFG)
 
 
 @pytest.mark.parametrize("n, hz", [(64, 20), (256, 5)])  # issue 4's load; issue 8's 256 ranks
@@ -153,9 +151,7 @@ def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
         r: SimpleNamespace(rank=r, metadata={"data": {}, "stdout": ""}, outcome=None)
         for r in range(n)
     }
-    cluster = _sim_cluster(n)
     store = RunStore(tmp_path / "runs.sqlite")
-    opts = CellOptions()
     sent = [0]
     stop = threading.Event()
 
@@ -179,57 +175,58 @@ def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
             t_next += 1 / hz
             stop.wait(max(0.0, t_next - time.monotonic()))
 
-    with monitor.RunMonitor(cluster, "nbdist.report(...)", opts, store=store, cfg=CFG) as mon:
-        pub = threading.Thread(target=publish)
-        pub.start()
-        backlog = []
-        t_end = time.monotonic() + seconds
-        try:
-            while time.monotonic() < t_end:
-                mon.on_poll(ranks)
-                backlog.append(max(len(rk.metadata["data"]) for rk in ranks.values()))
-                time.sleep(0.02)  # the supervisor's poll period (this is the loop under test)
-        finally:
-            stop.set()
-            pub.join()
-        mon.on_poll(ranks)
+    mon = _sim_watch(n, store)
+    pub = threading.Thread(target=publish)
+    pub.start()
+    backlog = []
+    t_end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < t_end:
+            mon.poll(ranks)
+            backlog.append(max(len(rk.metadata["data"]) for rk in ranks.values()))
+            time.sleep(0.02)  # the supervisor's poll period (this is the loop under test)
+    finally:
+        stop.set()
+        pub.join()
+    mon.poll(ranks)
+    mon.close("ok")
+    dashboard = mon.find(Board).dashboard
     assert mon.collector.records == sent[0] >= n * hz * seconds * 0.5
     assert all(not rk.metadata["data"] for rk in ranks.values())
     assert statistics.median(backlog) <= 3, "batches pile up between polls"
     polls = sorted(mon.poll_seconds)
     assert polls[len(polls) // 2] < 0.05, f"median poll {polls[len(polls) // 2]:.3f} s"
-    assert mon.dashboard is not None and mon.dashboard.updates >= seconds / CFG.ui_interval / 3
+    assert dashboard is not None and dashboard.updates >= seconds / CFG.ui_interval / 3
     assert len(store.metrics(mon.run_id)) == sent[0]
     assert store.get_run(mon.run_id)["status"] == "ok"
 
 
-def test_the_monitor_is_the_runs_observer_and_shows_its_phases(tmp_path):
+def test_the_watch_is_the_runs_observer_and_shows_its_phases(tmp_path):
     """Recovery reaches the dashboard at once and the store keeps it as events."""
     store = RunStore(tmp_path / "runs.sqlite")
     rk = SimpleNamespace(metadata={"data": {}, "stdout": ""}, outcome=None)
-    with monitor.RunMonitor(
-        _sim_cluster(1), "nbdist.report()", CellOptions(), store=store, cfg=CFG
-    ) as mon:
-        assert isinstance(mon, RunObserver)
-        mon.on_phase(Phase.STARTING, Phase.RUNNING)
-        where = ev.MeshCoords(("pp", "dp"), (2, 1), (1, 0))  # the rank's place in its mesh
-        rk.metadata["data"][ev.key(1, 1)] = Batch(
-            0,
-            1,
-            time.time(),
-            [MetricRecord(time.time(), 0, 1.0, 8, 10, None)],
-            _health(time.time(), mesh=where),
-        )
-        mon.on_poll({0: rk})
-        assert mon.dashboard is not None
-        mon.on_event("failure", 0, "engine gone", {"cause": "died"})
-        mon.on_phase(Phase.RUNNING, Phase.RECOVERING)
-        assert mon.dashboard.widget.head["status"] == "recovering"
-        mon.on_event("restart", None, "restart 1: resuming", {"restarts": 1})
-        mon.on_phase(Phase.RECOVERING, Phase.RUNNING)
-        mon.on_poll({0: rk})
-        assert mon.dashboard.widget.head["status"] == "running"
-        mon.on_phase(Phase.RUNNING, Phase.FINISHED)
+    mon = _sim_watch(1, store)
+    mon.on_phase(Phase.STARTING, Phase.RUNNING)
+    where = ev.MeshCoords(("pp", "dp"), (2, 1), (1, 0))  # the rank's place in its mesh
+    rk.metadata["data"][ev.key(1, 1)] = Batch(
+        0,
+        1,
+        time.time(),
+        [MetricRecord(time.time(), 0, 1.0, 8, 10, None)],
+        _health(time.time(), mesh=where),
+    )
+    mon.poll({0: rk})
+    board = mon.find(Board)
+    assert board.dashboard is not None
+    mon.on_event("failure", 0, "engine gone", {"cause": "died"})
+    mon.on_phase(Phase.RUNNING, Phase.RECOVERING)
+    assert board.dashboard.widget.head["status"] == "recovering"
+    mon.on_event("restart", None, "restart 1: resuming", {"restarts": 1})
+    mon.on_phase(Phase.RECOVERING, Phase.RUNNING)
+    mon.poll({0: rk})
+    assert board.dashboard.widget.head["status"] == "running"
+    mon.on_phase(Phase.RUNNING, Phase.FINISHED)
+    mon.close("ok")
     kinds = [(e["kind"], e["rank"], e["message"], e["data"]) for e in store.events(mon.run_id)]
     assert kinds == [
         ("failure", 0, "engine gone", {"cause": "died"}),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from nbdist.errors import DistributedCellError, NbdistError, RankFailure
 from nbdist.notebook.cluster.journal import Journal
 from nbdist.notebook.run.controller import TRANSITIONS, RunController
-from nbdist.notebook.run.observers import Phase
+from nbdist.notebook.run.formation import World
+from nbdist.notebook.run.observers.base import Phase
 from nbdist.notebook.run.recovery import Decision, Failure, RunState, classify, decide
 from nbdist.notebook.run.supervisor import CellReport
 
@@ -92,7 +95,7 @@ class _ScriptedCluster:
 
     def __init__(self, reports, replaceable=True):
         self.reports = list(reports)
-        self.slots = [object(), object()]
+        self.slots = [SimpleNamespace(rank=0), SimpleNamespace(rank=1)]
         self.replaceable = replaceable
         self.calls = []
         self.group_ready = True
@@ -101,6 +104,12 @@ class _ScriptedCluster:
     def run_once(self, *args):
         self.calls.append("run")
         return self.reports.pop(0)
+
+    def group_of(self, ranks=None):
+        return {}
+
+    def note_group(self, stands):
+        self.group_ready = stands
 
     def replace(self, lost):
         self.calls.append(("replace", lost))
@@ -116,8 +125,10 @@ class _ScriptedCluster:
 
 
 class _Watcher:
+    """What the controller tells a run's watch, kept."""
+
     def __init__(self):
-        self.phases, self.events = [], []
+        self.phases, self.events, self.closed = [], [], None
 
     def on_phase(self, old, new):
         self.phases.append((old.value, new.value))
@@ -125,11 +136,24 @@ class _Watcher:
     def on_event(self, kind, rank, message, data):
         self.events.append((kind, rank))
 
-    def on_poll(self, ranks):
-        pass
+    def close(self, status, failures=(), recorded=True):
+        self.closed = status
 
-    def hung_ranks(self, timeout):
-        return []
+
+class _Done:
+    """An attempt that has already ended with ``report`` (the supervisor's ``CellRun``)."""
+
+    def __init__(self, report):
+        self.report = report
+
+    def step(self):
+        return True
+
+    def finish(self):
+        return self.report
+
+    def pause(self):
+        pass
 
 
 def _lost_report(rank):
@@ -148,10 +172,10 @@ def _controller(cluster, restarts=1, min_workers=None):
         cluster,
         cell,
         opts,
+        World(cluster, opts),
         run_key="k",
-        full=True,
-        observers=[watcher],
-        attempt=lambda *args: cluster.run_once(*args),
+        watch=watcher,
+        start=lambda cluster, launch: _Done(cluster.run_once(launch)),
     )
     return ctl, watcher
 

@@ -9,13 +9,12 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from nbdist import protocol
 from nbdist.config import CellOptions
-from nbdist.errors import DistributedCellError, RankFailure
+from nbdist.errors import RankFailure
 from nbdist.telemetry import events as ev
 from nbdist.telemetry import tables
 from nbdist.telemetry.store import RunStore
@@ -103,18 +102,16 @@ def test_the_tables_have_exactly_those_columns(tmp_path):
 @pytest.fixture
 def rows(tmp_path) -> dict:
     """One of each thing the endpoints send, read from a store the kernel's way wrote."""
-    from nbdist.notebook.run.monitor import RunMonitor
+    from nbdist.notebook.run.observers.assembly import assemble
+    from nbdist.notebook.run.observers.store import RunRecord
 
     store = RunStore(tmp_path / "runs.sqlite")
-    cluster = SimpleNamespace(
-        slots=[SimpleNamespace(rank=0)], engines=SimpleNamespace(cluster_id="c")
-    )
-    with pytest.raises(DistributedCellError):
-        with RunMonitor(cluster, "x = 1", CellOptions(), store=store, dashboard=False) as mon:
-            mon.writer.add_metrics(mon.run_id, 0, [ev.MetricRecord(1.0, 0, 0.5, 8, 1, None)])
-            mon.writer.put_health(mon.run_id, [ev.WorkerHealth(rank=0, time=1.0)])
-            raise DistributedCellError([RankFailure(0, "boom", at=1.0, kind="error")])
-    rid = mon.run_id
+    watch = assemble("x = 1", CellOptions(dashboard=False), [0], cluster_id="c", store_at=store)
+    writer = watch.find(RunRecord).writer
+    writer.add_metrics(watch.run_id, 0, [ev.MetricRecord(1.0, 0, 0.5, 8, 1, None)])
+    writer.put_health(watch.run_id, [ev.WorkerHealth(rank=0, time=1.0)])
+    watch.close("failed", [RankFailure(0, "boom", at=1.0, kind="error")])
+    rid = watch.run_id
     return {
         "IRun": store.list_runs()[0],
         "IRunDetail": store.get_run(rid),
@@ -181,7 +178,7 @@ def test_the_schema_and_the_kernel_side_import_no_torch():
         "import nbdist.protocol, nbdist.telemetry.events\n"
         "light = sorted(m for m in ('torch', 'numpy') if m in sys.modules)\n"
         "import nbdist.telemetry.store, nbdist.telemetry.writer, nbdist.notebook.board.collector\n"
-        "import nbdist.notebook.run.monitor, nbdist.notebook.board.runs\n"
+        "import nbdist.notebook.run.observers.assembly, nbdist.notebook.board.runs\n"
         "import nbdist.notebook.board.dashboard\n"
         "print(light, 'torch' in sys.modules)\n"
     )

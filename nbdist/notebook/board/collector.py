@@ -9,8 +9,9 @@ to what arrived, so 64 ranks reporting 20 times a second cost the kernel little.
 ``classify`` is the health verdict, a pure function: ok, slow (a straggler), silent while the
 cell runs; then done, failed (its own code raised), stopped (by a peer's failure, an interrupt,
 a timeout) or dead. Every metric the ranks report is folded into ``series`` (per rank and their
-mean, bounded). The records are ``telemetry.events``'s: ``Batch`` in; ``MetricRecord`` and
-``RunEvent`` out, through the ``on_*`` hooks.
+mean, bounded). The records are ``telemetry.events``'s: ``Batch`` in; what was folded and nobody
+has been told yet (``News``: ``MetricRecord``s, ``RunEvent``s, settled means) out, taken by the
+run's watch (``run.observers.watch``) with ``take_news``. The collector calls nobody.
 """
 
 from __future__ import annotations
@@ -44,6 +45,19 @@ class RankFeed(Protocol):
 
     metadata: dict
     outcome: CellOutcome | None
+
+
+@dataclass
+class News:
+    """What the collector folded since it was last asked: each rank's records (in arrival
+    order), the events it saw or made, and the means it settled (``name, step, value``)."""
+
+    records: list[tuple[int, list[MetricRecord]]] = field(default_factory=list)
+    events: list[RunEvent] = field(default_factory=list)
+    means: list[tuple[str, float, float]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.records or self.events or self.means)
 
 
 @dataclass
@@ -128,12 +142,8 @@ def quiet_for(r: RankState, now: float, started: float) -> float:
 
 
 class Collector:
-    """Folds the engines' batches into per-rank state; calls ``on_*`` hooks as things arrive.
-
-    ``on_records(rank, records)``: a batch's ``MetricRecord``s, in arrival order;
-    ``on_event(event)``: a ``RunEvent``: engine events, NaN losses, changes of state.
-    Each rank's latest ``HealthSample`` is its ``RankState.health``.
-    """
+    """Folds the engines' batches into per-rank state, and keeps what it folded as ``News``
+    until ``take_news``. Each rank's latest ``HealthSample`` is its ``RankState.health``."""
 
     def __init__(
         self,
@@ -155,9 +165,7 @@ class Collector:
         self._window_sum = 0.0  # samples in rate_window
         self.batches = 0
         self.records = 0
-        self.pending: list[float] = []  # engine times of records not yet shown
-        self.on_records: Callable[[int, list[MetricRecord]], None] | None = None
-        self.on_event: Callable[[RunEvent], None] | None = None
+        self._news = News()
 
     # -- input ------------------------------------------------------------------------------
     def poll(self, ranks: Mapping[int, RankFeed]) -> int:
@@ -190,8 +198,8 @@ class Collector:
         recs = batch.metrics
         for rec in recs:
             self._record(st, rec)
-        if recs and self.on_records is not None:
-            self.on_records(rank, recs)
+        if recs:
+            self._news.records.append((rank, recs))
         h = batch.health
         if h is not None:
             st.health = h
@@ -203,7 +211,6 @@ class Collector:
     def _record(self, st: RankState, rec: MetricRecord) -> None:
         t, step, loss, samples, total, extra = rec
         self.records += 1
-        self.pending.append(t)
         st.reports += 1
         st.last_record = t
         if self.first_record is None or t < self.first_record:
@@ -248,8 +255,12 @@ class Collector:
     def _event(
         self, kind: str, rank: int | None, message: str, data: dict, at: float | None = None
     ) -> None:
-        if self.on_event is not None:
-            self.on_event(RunEvent(at or time.time(), kind, rank, message, data or None))
+        self._news.events.append(RunEvent(at or time.time(), kind, rank, message, data or None))
+
+    def take_news(self) -> News:
+        """What was folded since the last take (records, events, settled means)."""
+        news, self._news = self._news, News()
+        return news
 
     # -- verdicts ---------------------------------------------------------------------------
     def update_states(self) -> None:
@@ -309,11 +320,23 @@ class Collector:
             for s in self.ranks.values()
             if s.step is not None and s.state not in (ev.SILENT, ev.DEAD) and s.outcome is None
         ]
-        self.series.settle(min(live) if live else math.inf, final=final)
+        self.series.settle(min(live) if live else math.inf, final=final, into=self._news.means)
 
     def mean_loss(self) -> float | None:
         """The latest settled mean loss over ranks."""
         return self.series.last("loss")
+
+    def summary(self) -> dict:
+        """The run's figures as the run store and the trackers keep them: steps done,
+        samples/s, the total when known, the loss (a non-finite one once any rank saw it)."""
+        out = {"step": self.done(), "samples_per_s": self.samples_per_s()}
+        if self.total:
+            out["total"] = self.total
+        bad = [st for st in self.ranks.values() if st.nonfinite]
+        loss = float(bad[0].nonfinite) if bad else self.mean_loss()
+        if loss is not None:
+            out["loss"] = loss
+        return out
 
 
 def ending(rank: int, out: CellOutcome) -> tuple[str, str | None]:

@@ -5,8 +5,8 @@ pandas DataFrame, every reported metric a column; ``run.health()``, ``run.events
 ``run.curve("acc")``; ``run.to_mlflow()``, ``to_wandb()``, ``to_comet()`` send it to a tracker);
 ``compare(a, b, metric="acc", log=False)`` plots one metric of several runs on one matplotlib
 Figure. All of it reads the run store (``telemetry.store``), folded into curves as the boards and
-the sidebar fold them (``telemetry.series``); the live side, which writes it, is
-``run.monitor.RunMonitor``.
+the sidebar fold them (``telemetry.series``); the live side, which writes it, is the run's
+observers (``run.observers.store``).
 """
 
 from __future__ import annotations

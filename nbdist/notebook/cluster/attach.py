@@ -82,23 +82,19 @@ def connect(cluster_id: str | None, make: Callable[[ClusterConfig], R]) -> R:
         client = engines.start()
     except (OSError, TimeoutError) as exc:
         raise NbdistError(f"cannot reach cluster {rec.cluster_id}: {exc}") from exc
-    cluster.engines = engines
     try:
         slots, attempt, formed = _slots_from_engines(client, cfg.n, cfg.start_timeout)
     except BaseException:
         engines.stop()
         raise
     engines.engine_pids = Pids(s.pid for s in slots)
-    cluster.slots = slots
-    cluster.inventory = {
+    inventory = {
         s.engine_id: rec.inventory.get(s.engine_id)
         or Inventory(host=s.host, pid=s.pid, threads=rec.threads)
         for s in slots
     }
-    cluster.backend = rec.backend
-    cluster.master_port = rec.master_port
-    cluster.attempt = attempt  # the next formation takes attempt + 1: rendezvous keys never reused
-    # An earlier notebook may have left the group broken: then it is re-formed at the next cell.
-    cluster.group_ready = formed
-    cluster.ready_seconds = time.perf_counter() - t0
+    # the next formation takes attempt + 1: rendezvous keys never reused; an earlier notebook
+    # may have left the group broken (formed False): then it is re-formed at the next cell
+    record = (rec.backend, rec.master_port, attempt, formed)
+    cluster.adopt(engines, slots, inventory, record, time.perf_counter() - t0)
     return cluster

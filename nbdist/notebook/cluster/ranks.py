@@ -9,12 +9,12 @@ It knows nothing of cells: ``notebook.run`` drives it (a cell, its failures, rec
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any
 
 from ...config import ClusterConfig
 from ...errors import NbdistError, RankFailure
-from ...protocol import Inventory, MeshCoords, PipelineRole, RankInfo
+from ...protocol import CellOutcome, Inventory, MeshCoords, PipelineRole, RankInfo
 from ...worker import api
 from . import fanout, placement
 from .engines.base import EngineExit, EngineSet
@@ -22,27 +22,80 @@ from .journal import Journal
 
 
 class Ranks:
-    """A cluster of engines, one rank each, and its process group (see the module's text)."""
+    """A cluster of engines, one rank each, and its process group (see the module's text).
+
+    It owns its state: others read it (``slots``, ``group_ready``, ``failed``, ...) and ask it
+    to change through its methods; nothing outside assigns its fields."""
 
     def __init__(self, cfg: ClusterConfig):
         self.cfg = cfg
         self.engines: EngineSet | None = None
-        self.slots: list[placement.Slot] = []
-        self.backend = "gloo"
-        self.master_addr = cfg.ip  # rank 0's host address as the other hosts reach it
-        self.master_port = 0
-        self.attempt = 0  # formations of the group so far: each uses its own rendezvous keys
-        self.group_ready = False
-        self.ready_seconds = 0.0
-        self.inventory: dict[int, Inventory] = {}
         self.journal = Journal()  # what fresh engines are given again (notebook.run.replay)
-        self.exited: dict[int, EngineExit] = {}  # engine deaths by pid (see drain_exits)
-        self.roles: dict[int, PipelineRole] = {}  # each rank's stage, from its latest cell
-        self.meshes: dict[int, MeshCoords] = {}  # each rank's place in its latest nbdist.mesh
-        # how each rank failed in the latest cell, and the pid of the engine it failed on: a
-        # post-mortem looks there (notebook.debug.postmortem)
-        self.failed: dict[int, tuple[RankFailure, int]] = {}
-        self.last_sweep: Any = None  # the latest sweep's table of trials (%nbdist pull --trial)
+        self._slots: list[placement.Slot] = []
+        self._backend = "gloo"
+        self._master_addr = cfg.ip  # rank 0's host address as the other hosts reach it
+        self._master_port = 0
+        self._attempt = 0  # formations of a group so far: each uses its own rendezvous keys
+        self._group_ready = False
+        self._ready_seconds = 0.0
+        self._inventory: dict[int, Inventory] = {}
+        self._exited: dict[int, EngineExit] = {}  # engine deaths by pid (see drain_exits)
+        self._roles: dict[int, PipelineRole] = {}  # each rank's stage, from its latest cell
+        self._meshes: dict[int, MeshCoords] = {}  # each rank's place in its latest nbdist.mesh
+        self._failed: dict[int, tuple[RankFailure, int]] = {}
+
+    # -- what others read -------------------------------------------------------------------
+    @property
+    def slots(self) -> list[placement.Slot]:
+        """Where each rank runs, by rank."""
+        return self._slots
+
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    @property
+    def master_addr(self) -> str:
+        return self._master_addr
+
+    @property
+    def master_port(self) -> int:
+        return self._master_port
+
+    @property
+    def attempt(self) -> int:
+        """Formations of a group so far (each uses its own rendezvous keys)."""
+        return self._attempt
+
+    @property
+    def group_ready(self) -> bool:
+        """Whether the world's process group stands on every rank."""
+        return self._group_ready
+
+    @property
+    def ready_seconds(self) -> float:
+        return self._ready_seconds
+
+    @property
+    def inventory(self) -> dict[int, Inventory]:
+        """What each engine has (threads, GPUs, versions), by engine id."""
+        return self._inventory
+
+    @property
+    def roles(self) -> dict[int, PipelineRole]:
+        """Each rank's pipeline stage, from its latest cell."""
+        return self._roles
+
+    @property
+    def meshes(self) -> dict[int, MeshCoords]:
+        """Each rank's place in its latest ``nbdist.mesh``."""
+        return self._meshes
+
+    @property
+    def failed(self) -> dict[int, tuple[RankFailure, int]]:
+        """How each rank failed in the latest cell, and the pid of the engine it failed on: a
+        post-mortem looks there (``notebook.debug.postmortem``)."""
+        return self._failed
 
     # -- life -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -51,12 +104,28 @@ class Ranks:
         self.engines = for_config(self.cfg)
         client = self.engines.start()
         self.cfg = self.engines.cfg  # remote engines settle the controller's address and threads
-        self.inventory = self.engines.check(self._setup(client.ids))  # one environment, or no
-        self.slots, self.backend = placement.place(
-            self.inventory, self.cfg.backend, self.cfg.allow_mixed
+        self._inventory = self.engines.check(self._setup(client.ids))  # one environment, or no
+        self._slots, self._backend = placement.place(
+            self._inventory, self.cfg.backend, self.cfg.allow_mixed
         )
         self._form_group()
-        self.ready_seconds = time.perf_counter() - t0
+        self._ready_seconds = time.perf_counter() - t0
+
+    def adopt(
+        self,
+        engines: EngineSet,
+        slots: list[placement.Slot],
+        inventory: dict[int, Inventory],
+        record: tuple[str, int, int, bool],
+        ready_seconds: float,
+    ) -> None:
+        """Take over engines a cluster host started (``cluster.attach``): their slots and
+        inventories, and ``record``: the backend, rank 0's store port, the latest formation's
+        attempt and whether the group stands on every rank."""
+        self.engines = engines
+        self._slots, self._inventory = slots, inventory
+        self._backend, self._master_port, self._attempt, self._group_ready = record
+        self._ready_seconds = ready_seconds
 
     @property
     def client(self):
@@ -84,45 +153,78 @@ class Ranks:
         return got.values
 
     def _form_group(self) -> None:
-        """(Re-)form the process group on every rank, under a fresh store prefix."""
-        self.attempt += 1
-        rank0 = self.slots[0]
-        self.master_addr = self.engines.address_of(rank0.engine_id)
-        self.master_port = self.client[rank0.engine_id].apply_sync(
-            api.serve_store, self.master_addr
-        )
-        infos = self.rank_infos()
+        """(Re-)form the world's process group on every rank now, on a fresh store."""
+        infos = self.group_of(None, fresh_store=True)
         calls = {s.rank: (s.engine_id, (infos[s.rank], self.cfg.group_timeout)) for s in self.slots}
         got = fanout.wait(fanout.submit_each(self.client, api.form, calls), self.cfg.start_timeout)
         if got.failures:
             raise NbdistError(
                 f"the process group did not form: {fanout.describe_failures(got.failures)}"
             )
-        self.group_ready = True
+        self._group_ready = True
 
-    def rank_infos(self) -> dict[int, RankInfo]:
-        """Each rank's RankInfo, for the current formation of the group."""
+    def group_of(
+        self, ranks: tuple[int, ...] | None = None, fresh_store: bool = False
+    ) -> dict[int, RankInfo]:
+        """A new formation of a group: each member's ``RankInfo``, numbered from 0 in the order
+        of ``ranks``. The one place groups are made: the world's (``ranks`` None: every rank, on
+        the store rank 0's engine serves, a new one when ``fresh_store``) or a sweep trial's
+        block (on a store of its own, served by the block's first engine). Each formation has
+        its own rendezvous keys (``attempt``). The group forms when its members are told to:
+        at once (``api.form``) or as a cell starts (``CellRequest.group``)."""
+        self._attempt += 1
+        if ranks is None:
+            if fresh_store or not self._master_port:
+                first = self.slots[0]
+                self._master_addr = self.engines.address_of(first.engine_id)
+                self._master_port = self.client[first.engine_id].apply_sync(
+                    api.serve_store, self._master_addr
+                )
+            return self._infos(self.slots, self._master_addr, self._master_port)
+        members = [self.slots[r] for r in ranks]
+        addr = self.engines.address_of(members[0].engine_id)
+        port = self.client[members[0].engine_id].apply_sync(api.serve_store, addr, True)
+        infos = self._infos(members, addr, port)
+        return {r: dataclasses.replace(infos[r], rank=i) for i, r in enumerate(ranks)}
+
+    def _infos(self, slots: list[placement.Slot], addr: str, port: int) -> dict[int, RankInfo]:
         return {
             s.rank: RankInfo(
                 rank=s.rank,
-                world_size=len(self.slots),
+                world_size=len(slots),
                 local_rank=s.local_rank,
                 local_world_size=s.local_world_size,
                 group_rank=s.group_rank,
-                master_addr=self.master_addr,
-                master_port=self.master_port,
-                backend=self.backend,
+                master_addr=addr,
+                master_port=port,
+                backend=self._backend,
                 device=s.device,
-                attempt=self.attempt,
+                attempt=self._attempt,
             )
-            for s in self.slots
+            for s in slots
         }
 
-    def regroup(self) -> dict[int, RankInfo]:
-        """The RankInfos of a group that the next cell forms on every rank, as it starts (a new
-        formation: its own rendezvous keys)."""
-        self.attempt += 1
-        return self.rank_infos()
+    def note_group(self, stands: bool) -> None:
+        """Whether the world's group stands on every rank now: a cell that broke it, or a
+        sweep whose trials formed groups of their own, leaves it to be re-formed by the next
+        cell on every rank, as it starts."""
+        self._group_ready = stands
+
+    def note_cell(
+        self, outcomes: dict[int, CellOutcome], failed: dict[int, tuple[RankFailure, int]]
+    ) -> None:
+        """What a cell left on its ranks: each answering rank's pipeline stage and mesh place,
+        and the latest cell's failures (with the pid each failed on)."""
+        for rank, out in outcomes.items():
+            if out.kind in ("died", "hung"):  # no answer of its own
+                continue
+            self._roles.pop(rank, None)
+            self._meshes.pop(rank, None)
+            if out.pipeline is not None:
+                self._roles[rank] = out.pipeline
+            if out.mesh is not None:
+                self._meshes[rank] = out.mesh
+        self._failed = dict(failed)
 
     # -- repair -----------------------------------------------------------------------------
     def drain_exits(self) -> dict[int, EngineExit]:
@@ -131,8 +233,8 @@ class Ranks:
         q = self.engines.exits
         while not q.empty():
             ex = q.get_nowait()
-            self.exited[ex.pid] = ex
-        return self.exited
+            self._exited[ex.pid] = ex
+        return self._exited
 
     def replace(self, ranks: list[int]) -> None:
         """Give these ranks fresh engines (same rank numbers) and re-form the group."""
@@ -141,17 +243,17 @@ class Ranks:
         new_ids = self.engines.add_engines(len(ranks), known)
         inv = self._setup(new_ids)
         for r, eid in zip(ranks, new_ids, strict=True):
-            self.slots = placement.substitute(self.slots, r, eid, inv[eid])
-            self.inventory[eid] = inv[eid]
-        for s in self.slots:  # alive now, whatever died under the same pid before
-            self.exited.pop(s.pid, None)
+            self._slots = placement.substitute(self._slots, r, eid, inv[eid])
+            self._inventory[eid] = inv[eid]
+        for s in self._slots:  # alive now, whatever died under the same pid before
+            self._exited.pop(s.pid, None)
         self._form_group()
 
     def shrink(self, lost: list[int]) -> None:
         """Go on without the lost ranks: renumber the survivors 0..k-1 and re-form the group."""
         self.engines.retire([self.slots[r].pid for r in lost])
-        keep = {s.engine_id: self.inventory[s.engine_id] for s in self.slots if s.rank not in lost}
-        self.slots, self.backend = placement.place(keep, self.backend)
+        keep = {s.engine_id: self._inventory[s.engine_id] for s in self.slots if s.rank not in lost}
+        self._slots, self._backend = placement.place(keep, self._backend)
         self._form_group()
 
     def repair(self, lost: list[int], group_broken: bool, full: bool) -> str:
@@ -164,7 +266,7 @@ class Ranks:
                 "there by earlier cells are gone. The process group was re-formed."
             )
         if group_broken and full:
-            self.group_ready = False  # re-formed at the start of the next cell, on every rank
+            self._group_ready = False  # re-formed at the start of the next cell, on every rank
             return "nbdist: the process group will be re-formed at the next cell."
         return ""
 

@@ -1,7 +1,7 @@
 """Where a step's time goes on each rank, and which rank the others wait for (``--profile``).
 
 Each rank sends what torch.profiler saw with its cell's outcome (``ProfileResult``:
-``worker.debug.profile``). ``summarize`` reads the ranks together, per step:
+``worker.debug.profile``). ``read`` reads the ranks together, per step:
 
 - **communicating**: each collective's shortest duration over the ranks, the transfer itself
   (ranks run the same collectives in the same order, so the i-th of each is one collective);
@@ -11,8 +11,9 @@ Each rank sends what torch.profiler saw with its cell's outcome (``ProfileResult
 
 The straggler is the rank the others wait for: the one that waits least, when the ranks' waits
 differ by more than a few per cent of a step; its reason is where it spends more than the
-others. The ranks' Chrome traces are merged into one, each rank a process (Perfetto and
-chrome://tracing open it), in the run's folder. ``nbdist.profile()`` returns the last one.
+others. ``read`` does that, in memory; ``keep`` merges the ranks' Chrome traces into one, each
+rank a process (Perfetto and chrome://tracing open it), in the run's folder, and makes the
+profile the one ``nbdist.profile()`` returns.
 """
 
 from __future__ import annotations
@@ -94,10 +95,8 @@ def last() -> Profile:
     return _last
 
 
-def summarize(results: Mapping[int, ProfileResult], folder: Path | None = None) -> Profile:
-    """The ranks' results read together (see the module's text); the merged trace goes to
-    ``folder`` when given. The result is also what ``last()`` returns from now on."""
-    global _last
+def read(results: Mapping[int, ProfileResult]) -> Profile:
+    """The ranks' results read together (see the module's text), without their trace."""
     ranks = sorted(results)
     n = min((len(results[r].collectives) for r in ranks), default=0)
     transfer = [min(results[r].collectives[i] for r in ranks) for i in range(n)]
@@ -121,7 +120,15 @@ def summarize(results: Mapping[int, ProfileResult], folder: Path | None = None) 
             )
         )
     straggler, reason = _straggler(rows)
-    _last = Profile(tuple(rows), straggler, reason, _merge(results, folder) if folder else None)
+    return Profile(tuple(rows), straggler, reason, None)
+
+
+def keep(profiled: Profile, results: Mapping[int, ProfileResult], folder: Path | None) -> Profile:
+    """``profiled`` with the ranks' traces merged into ``folder`` (when given): from now on
+    what ``last()`` returns."""
+    global _last
+    trace = _merge(results, folder) if folder is not None else None
+    _last = dataclasses.replace(profiled, trace=trace)
     return _last
 
 

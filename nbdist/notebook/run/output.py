@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from ...config import CellOptions
 from ..board.collector import shown
 
 LIVE_EVERY = 0.25  # seconds between updates of a line rewritten in place
@@ -37,6 +38,12 @@ _CRLF = re.compile(r"\r+\n")
 #: Where a line still being written had its middle left out, and how many characters: private
 #: use characters, which no \r or \n split (``squeeze``).
 _CUT = re.compile("\ue000(\\d+)\ue000")
+
+
+def shows_output_of(opts: CellOptions, rank: int, main_rank: int) -> bool:
+    """Is ``rank``'s output printed under the cell (``main_rank``: the cell's first)? The
+    board shows the last lines of the others."""
+    return not opts.quiet and (opts.all_output or rank == main_rank)
 
 
 def squeeze(text: str, keep: int = LINE_LIMIT // 2, slack: int = LINE_LIMIT // 2) -> str:

@@ -1,8 +1,8 @@
 """What the ranks run: a ``%%distributed`` cell or a script, as a ``Program``, run under the board.
 
 ``cell`` makes a cell's ``Program`` (refused in one line when it does not compile); ``load`` a
-script's (``%nbdist run FILE ARGS``, ``nbdist.run_script``); ``run_watched`` runs either under
-the dashboard and the run store (``monitor.RunMonitor``) through the run's controller.
+script's (``%nbdist run FILE ARGS``, ``nbdist.run_script``); ``run_watched`` runs either through
+the run's controller, watched by what its options ask for (``observers.assembly``).
 
 A script runs on every rank as torchrun would run it (``sys.argv == [FILE, *ARGS]``,
 ``__name__ == "__main__"``, its folder first on ``sys.path``, the notebook's folder as the
@@ -28,7 +28,7 @@ from ...frames import CELL_PREFIX
 from ...protocol import Program
 from ..cluster.ranks import Ranks
 from . import controller
-from .monitor import RunMonitor
+from .observers.assembly import assemble
 
 _cell_numbers = itertools.count(1)
 #: The largest script ``%nbdist run`` reads: its text is sent whole to every rank.
@@ -137,8 +137,11 @@ def _text(data: bytes) -> str | None:
         return None
 
 
-def run_watched(cluster: Ranks, program: Program, opts: CellOptions, name: str = "") -> object:
-    """Run ``program`` (a cell or a script) on ``cluster`` under the dashboard and the run
-    store, as ``opts.extra`` asks (dashboard, total, tensorboard, stop_on_nan)."""
-    with RunMonitor(cluster, program.source, opts, name=name, **opts.extra) as monitor:
-        return controller.run(cluster, program, opts, observers=[monitor])
+def run_watched(cluster: Ranks, program: Program, opts: CellOptions) -> object:
+    """Run ``program`` (a cell or a script) on ``cluster``, watched as ``opts`` asks (the run
+    store, the dashboard, trackers...): rank 0's value, or the one error the person sees."""
+    controller.check(cluster, opts)  # a mistake in the options: one line, nothing recorded
+    ranks = opts.ranks if opts.ranks is not None else [s.rank for s in cluster.slots]
+    cluster_id = str(getattr(cluster.engines, "cluster_id", "") or "")
+    watch = assemble(program.source, opts, ranks, cluster_id=cluster_id)
+    return controller.run(cluster, program, opts, watch)

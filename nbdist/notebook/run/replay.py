@@ -16,21 +16,21 @@ from ...config import CellOptions
 from ...errors import DistributedCellError, NbdistError
 from ..cluster.journal import CellEntry
 from ..cluster.ranks import Ranks
-from . import supervisor
+from .supervisor import CellRun, Launch
 
 
-def replay(cluster: Ranks, run: supervisor.Attempt = supervisor.attempt) -> None:
-    """Run ``cluster``'s journal again on every rank (``run``: one attempt at a cell); an
-    NbdistError naming the entry that could not be redone."""
+def replay(cluster: Ranks) -> None:
+    """Run ``cluster``'s journal again on every rank; an NbdistError naming the entry that
+    could not be redone."""
     journal = cluster.journal
     journal.replaying = True
     try:
-        _replay(cluster, run)
+        _replay(cluster)
     finally:
         journal.replaying = False
 
 
-def _replay(cluster: Ranks, run: supervisor.Attempt) -> None:
+def _replay(cluster: Ranks) -> None:
     notes = ""  # scatters that could not be redone: said at once, and with a failure
     for i, entry in enumerate(cluster.journal):
         if not isinstance(entry, CellEntry):  # a scatter: re-sent, re-sharded
@@ -42,7 +42,10 @@ def _replay(cluster: Ranks, run: supervisor.Attempt) -> None:
             continue
         opts = CellOptions(ranks=entry.ranks, quiet=True)
         full = entry.ranks is None
-        report = run(cluster, entry.program, opts, entry.run_key, full, None)
+        ranks = entry.ranks if entry.ranks is not None else tuple(s.rank for s in cluster.slots)
+        groups = cluster.group_of() if full and not cluster.group_ready else {}
+        launch = Launch(entry.program, opts, ranks, groups, entry.run_key)
+        report = CellRun(cluster, launch).wait()
         if report.failures or report.interrupted:
             err = DistributedCellError(report.failures or [], "") if report.failures else None
             raise NbdistError(
@@ -50,4 +53,4 @@ def _replay(cluster: Ranks, run: supervisor.Attempt) -> None:
                 f"{err or 'interrupted'}{notes}"
             )
         if full:
-            cluster.group_ready = not report.group_broken
+            cluster.note_group(not report.group_broken)

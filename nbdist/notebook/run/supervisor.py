@@ -5,8 +5,9 @@ output, notices failures and engine deaths, and enforces the deadline. One rank'
 cell within seconds: the failing rank leaves the process group itself (its peers' collectives fail
 at once), and ranks still busy after ``grace`` seconds are interrupted; ranks that do not stop
 within ``stop_wait`` seconds are killed and their engines replaced. The interrupt button takes
-the same road. ``attempt`` is one such try at a cell, as the run's controller and the replay of
-the journal make it.
+the same road, and so does an observer's request to stop (``--stop-on-nan``). A ``CellRun`` is one
+try at a cell (``Launch``), stepped by the run's controller (``step``, ``pause``, ``finish``) or
+waited for whole (``wait``: the journal's replay); a sweep steps its trials' in turn.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...config import CellOptions
@@ -27,8 +27,9 @@ from ..cluster.ranks import Ranks
 from ..cluster.transfer import unpack
 from ..debug import stacks
 from . import survivors
-from .observers import RunObserver
-from .output import RankOutput
+from .observers.base import Stop
+from .observers.watch import Watch
+from .output import RankOutput, shows_output_of
 
 _POLL = 0.02  # seconds between looks at the ranks while output flows (what a person sees)
 _IDLE_POLL = 0.5  # ...and otherwise: telemetry is read as often as it comes (and drawn)
@@ -67,65 +68,46 @@ class CellReport:
     failures: list[RankFailure] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)  # ranks whose engine died or had to be killed
     interrupted: bool = False
+    stopped: Stop | None = None  # an observer stopped it (--stop-on-nan): the failure, why
     group_broken: bool = False
     seconds: float = 0.0
     went_on: dict[int, str] = field(default_factory=dict)  # lost ranks the cell outlived: why
 
 
-def attempt(
-    cluster: Ranks,
-    program: Program,
-    opts: CellOptions,
-    run_key: str,
-    full: bool,
-    observers: list[RunObserver] | None = None,
-) -> CellReport:
-    """One attempt at a cell on its ranks (``full``: every rank), watched to its end. A group
-    that is not ready is formed by the cell itself, on every rank, as it starts."""
-    groups = cluster.regroup() if full and not cluster.group_ready else {}
-    return CellRun(cluster, program, opts, groups, run_key, observers).wait()
+@dataclass(frozen=True)
+class Launch:
+    """One attempt at a cell, as the run's controller asks for it: the cluster's ranks it runs
+    on, the group they form as it starts (``{}``: the standing one), who watches it."""
 
-
-#: One try at a cell on its ranks, to its end: ``attempt``'s arguments, in its order (the run's
-#: controller and the journal's replay take one; tests script their own).
-Attempt = Callable[[Ranks, Program, CellOptions, str, bool, "list[RunObserver] | None"], CellReport]
-
-
-def shows_output_of(opts: CellOptions, rank: int, main_rank: int) -> bool:
-    """Is ``rank``'s output printed under the cell (``main_rank``: the cell's first)? The
-    board shows the last lines of the others."""
-    return not opts.quiet and (opts.all_output or rank == main_rank)
+    program: Program
+    opts: CellOptions
+    ranks: tuple[int, ...]
+    groups: dict[int, RankInfo]
+    run_key: str = "default"
+    run_id: str = ""
+    watch: Watch | None = None
+    trial: TrialInfo | None = None
+    wake: threading.Event | None = None  # set at a reply (a sweep shares one among its trials)
 
 
 class CellRun:
-    """One cell on a set of ranks, from sending to the last output line."""
+    """One cell on a set of ranks, from sending to the last output line (``Launch``)."""
 
-    def __init__(
-        self,
-        cluster: Ranks,
-        program: Program,
-        opts: CellOptions,
-        groups: dict[int, RankInfo],
-        run_key: str = "default",
-        observers: list[RunObserver] | None = None,
-        trial: TrialInfo | None = None,
-        wake: threading.Event | None = None,
-        run_id: str = "",
-    ):
+    def __init__(self, cluster: Ranks, launch: Launch):
         self.cluster = cluster
-        self.opts = opts
-        self.program = program
-        self.observers = list(observers or ())
-        ranks = list(opts.ranks) if opts.ranks is not None else [s.rank for s in cluster.slots]
+        self.opts = opts = launch.opts
+        self.program = launch.program
+        self.watch = launch.watch
+        ranks = list(launch.ranks)
         self.main_rank = ranks[0]
+        trial = launch.trial
         self.prefix = f"[trial {trial.trial}] " if trial is not None else ""
         self.report = CellReport()
         self._t0 = time.monotonic()
         self._deadline = self._t0 + opts.timeout if opts.timeout else None
         self._first_failure: float | None = None
         self._timed_out = False
-        # set when a rank's reply arrives (a sweep shares one among its trials' cells)
-        self._wake = wake or threading.Event()
+        self._wake = launch.wake or threading.Event()
         # quiet until the first line: a cell that prints nothing is looked at as often as
         # its board is drawn, and a reply wakes the loop at once all the same
         self._news = False
@@ -141,16 +123,15 @@ class CellRun:
                 )
                 continue
             request = CellRequest(
-                program=program,
-                run_key=run_key,
-                group=groups.get(r),
+                program=launch.program,
+                options=opts,
+                run_key=launch.run_key,
+                run_id=launch.run_id,
+                group=launch.groups.get(r),
                 want_value=r == self.main_rank,
                 group_timeout=cluster.cfg.group_timeout,
                 trial=trial,
-                profile=opts.profile,
-                run_id=run_id,
-                resume=opts.resume,
-                telemetry=bool(self.observers),  # what the ranks send, only if it is read
+                telemetry=self.watch is not None,  # what the ranks send, only if it is read
             )
             calls[r] = (slot.engine_id, (request,))
         self._unanswered = len(calls)
@@ -269,20 +250,21 @@ class CellRun:
         print(f"{self.prefix}nbdist: {why}; where the ranks were:\n{where}", flush=True)
 
     def _note_hangs(self) -> None:
-        """Ask the observers (the dashboard's collector) which ranks passed the progress
-        deadline; kill those, so the cell ends and recovery can replace them."""
-        for obs in self.observers:
-            hung = [self.ranks[r] for r in obs.hung_ranks(self.opts.progress_timeout)]
-            hung = [rk for rk in hung if rk.outcome is None]
-            if hung:
-                deadline = f"no progress for {self.opts.progress_timeout:g} s"
-                self._show_where(hung, f"{deadline}: killing the ranks that made none")
-            for rk in hung:
-                self._kill(
-                    rk,
-                    f"made no progress for {self.opts.progress_timeout:g} s "
-                    "(the progress deadline); its engine was killed",
-                )
+        """Ask the watch (its collector) which ranks passed the progress deadline; kill those,
+        so the cell ends and recovery can replace them."""
+        if self.watch is None:
+            return
+        hung = [self.ranks[r] for r in self.watch.hung_ranks(self.opts.progress_timeout)]
+        hung = [rk for rk in hung if rk.outcome is None]
+        if hung:
+            deadline = f"no progress for {self.opts.progress_timeout:g} s"
+            self._show_where(hung, f"{deadline}: killing the ranks that made none")
+        for rk in hung:
+            self._kill(
+                rk,
+                f"made no progress for {self.opts.progress_timeout:g} s "
+                "(the progress deadline); its engine was killed",
+            )
 
     def _poll_once(self, report: CellReport) -> None:
         self._note_exits(report)
@@ -291,12 +273,13 @@ class CellRun:
             if rk.outcome is None and rk.ar.ready():
                 self._collect(rk)
             self._stream(rk)
-        for obs in self.observers:
-            obs.on_poll(self.ranks)
+        if self.watch is not None:
+            self.watch.poll(self.ranks)
 
-    def _pause(self, now: float) -> None:
+    def pause(self) -> None:
         """Wait for the next look: short while output flows, longer otherwise; a rank's reply
         (done, failed) ends the wait at once, so a failure is acted on without delay."""
+        now = time.monotonic()
         if self._news:
             self._news, self._quiet_since = False, now
         busy = now - self._quiet_since < _ACTIVE_FOR
@@ -304,8 +287,9 @@ class CellRun:
         self._wake.clear()
 
     def step(self) -> bool:
-        """One look at the ranks, acting on a failure (after the grace) and on the deadline;
-        True once no rank runs. ``wait`` loops on it; a sweep steps many cells in turn."""
+        """One look at the ranks, acting on a failure (after the grace), on the deadline and on
+        an observer's request to stop; True once no rank runs. The run's controller steps it
+        (a sweep steps many in turn), with ``pause`` between looks."""
         if not self._running():
             return True
         self._poll_once(self.report)
@@ -313,10 +297,14 @@ class CellRun:
         for r, rk in self.ranks.items():
             if rk.outcome and not rk.outcome.ok and r not in self.report.went_on:
                 if self._first_failure is None and survivors.goes_on(r, self.ranks):
-                    self.report.went_on[r] = survivors.tell(rk, self.prefix, self.observers)
+                    self.report.went_on[r] = survivors.tell(rk, self.prefix, self.watch)
                 elif self._first_failure is None:
                     self._first_failure = now
-        if self._first_failure is not None and now - self._first_failure > self.opts.grace:
+        stop = self.watch.stop if self.watch is not None else None
+        if stop is not None and stop.reason is not None and self.report.stopped is None:
+            self.report.stopped = stop
+            self._stop_running(self.report, stop.note)
+        elif self._first_failure is not None and now - self._first_failure > self.opts.grace:
             self._stop_running(self.report, "stopping the ranks a failure left running")
         elif self._deadline is not None and now > self._deadline:
             self._timed_out = True
@@ -336,8 +324,8 @@ class CellRun:
             if self._may_trail(rk):
                 rk.ar.wait_for_output(timeout=_OUTPUT_WAIT)  # iopub may trail the reply
             self._stream(rk, final=True)
-        for obs in self.observers:  # the last reports, which may have trailed the reply too
-            obs.on_poll(self.ranks)
+        if self.watch is not None:  # the last reports, which may have trailed the reply too
+            self.watch.poll(self.ranks)
         self.report.seconds = time.monotonic() - self._t0
         self._summarise(self.report, self._timed_out)
         gone = [rk.ar for rk in self.ranks.values() if rk.outcome.kind in ("died", "hung")]
@@ -351,28 +339,22 @@ class CellRun:
         out = rk.outcome
         if out.kind in ("died", "hung"):  # no reply came: nothing more will
             return False
-        return bool(self.observers) or not out.ok or (self._visible(rk.rank) and out.printed)
+        watched = self.watch is not None
+        return watched or not out.ok or (self._visible(rk.rank) and out.printed)
 
     def wait(self) -> CellReport:
-        """Watch the cell to its end and say how it went."""
+        """Watch the cell to its end and say how it went (the interrupt button stops it)."""
         try:
             while not self.step():
-                self._pause(time.monotonic())
+                self.pause()
         except KeyboardInterrupt:
             self.interrupt()
         return self.finish()
 
     def _summarise(self, report: CellReport, timed_out: bool) -> None:
-        self.cluster.failed = {}
+        failed: dict[int, tuple[RankFailure, int]] = {}
         for rk in self.ranks.values():
             out = rk.outcome
-            if out.kind not in ("died", "hung"):  # what the rank answered of itself
-                self.cluster.roles.pop(rk.rank, None)
-                self.cluster.meshes.pop(rk.rank, None)
-                if out.pipeline is not None:
-                    self.cluster.roles[rk.rank] = out.pipeline
-                if out.mesh is not None:
-                    self.cluster.meshes[rk.rank] = out.mesh
             if not out.group_formed and len(self.ranks) == len(self.cluster.slots):
                 report.group_broken = True
             if out.ok:
@@ -395,6 +377,7 @@ class CellRun:
                     continue
             failure = RankFailure(rk.rank, out.summary, out.traceback, out.at, out.kind)
             report.failures.append(failure)
-            self.cluster.failed[rk.rank] = (failure, rk.pid)
+            failed[rk.rank] = (failure, rk.pid)
+        self.cluster.note_cell({r: rk.outcome for r, rk in self.ranks.items()}, failed)
         if report.failures:
             report.group_broken = True

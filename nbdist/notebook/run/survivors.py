@@ -11,7 +11,7 @@ the names of earlier cells. An exception on a rank is no loss: it stops the cell
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ...telemetry.events import GOES_ON_KEY
@@ -29,11 +29,12 @@ def goes_on(rank: int, ranks: Mapping[int, Any]) -> bool:
     return bool(alive) and all(rk.metadata.get("data", {}).get(GOES_ON_KEY) for rk in alive)
 
 
-def tell(lost: Any, prefix: str, observers: Iterable[Any]) -> str:
-    """Say once that the cell goes on without ``lost`` (a ``RankRun``); the line said."""
+def tell(lost: Any, prefix: str, watch: Any) -> str:
+    """Say once that the cell goes on without ``lost`` (a ``RankRun``), under the cell and to
+    the run's watch (``observers.watch.Watch``, or None); the line said."""
     rank, summary = lost.rank, lost.outcome.summary
     line = f"{prefix}nbdist: rank {rank} lost: {summary}; sync='async' trains on without it"
     print(line, flush=True)
-    for obs in observers:
-        obs.on_event("failure", rank, summary, {"cause": "lost", "goes_on": True})
+    if watch is not None:
+        watch.on_event("failure", rank, summary, {"cause": "lost", "goes_on": True})
     return line

@@ -10,6 +10,7 @@ rank. ``table.best(3)`` are the three lowest best losses, for ``nbdist.compare``
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,11 +155,20 @@ def _row(trial: int, run: dict, store: RunStore) -> TrialRow:
     )
 
 
+_last: tuple[weakref.ref, TrialTable] | None = None  # the latest sweep: its cluster, its table
+
+
+def keep(cluster: Any, table: TrialTable) -> None:
+    """Remember ``table`` as ``cluster``'s latest sweep (what ``--trial`` pulls from)."""
+    global _last
+    _last = (weakref.ref(cluster), table)
+
+
 def pull_trial(name: str, trial: int | str = "best") -> Any:
     """``name`` as the latest sweep's ``trial`` (an id, or ``"best"``) left it on its first
     rank (``%nbdist pull NAME --trial best``)."""
     cluster = session.current()
-    table = cluster.last_sweep
+    table = _last[1] if _last is not None and _last[0]() is cluster else None
     if table is None:
         raise UsageError("no sweep has run on this cluster: --trial pulls from a sweep's trial")
     row = table.row(trial)

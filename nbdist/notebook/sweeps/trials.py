@@ -1,23 +1,25 @@
 """Sweeps: one cell, run once per trial, each trial on its own ranks with its own process group.
 
 ``%%distributed --sweep lr=0.1,0.01 --trial-size 1`` (or ``nbdist.sweep(cell, {"lr": [...]})``)
-tiles the cluster into blocks of ``trial_size`` ranks and runs as many trials at once as there
-are blocks; the rest wait in a queue. A trial's ranks form a group of their own (the block's first
-engine serves its store), so ``nbdist.rank()``, ``world_size()`` and the torchrun variables
-describe the trial, and the cell sees each swept name defined with the trial's value. Each trial
-is a run in the store (its values in the run's options) with a headless ``RunMonitor``; the
-sweep's board (``board``) shows them all.
+tiles the cluster into blocks of ``trial_size`` ranks (``blocks``) and runs as many trials at
+once as there are blocks; the rest wait in a queue. Each trial is a run like a plain cell's: the
+same controller, supervisor and recovery policy (``run.controller``), its own attempts, its own
+watch (the run store, trackers, ``--stop-on-nan``: ``run.observers.assembly``) and one more
+observer (``TrialFeed``) that feeds the sweep's stopping rule and its board (``board``). What
+differs is the trial's formation (``blocks.Block``): its block's ranks, numbered from 0 in a
+group of their own, so ``nbdist.rank()``, ``world_size()`` and the torchrun variables describe
+the trial, and the cell sees each swept name defined with the trial's value.
 
 Failure is per trial: an exception, a NaN (``--stop-on-nan``) or the median rule
 (``--stop-early median``) ends that trial alone; a lost engine retires its block for the rest of
-the sweep and, with ``--restarts``, its trial goes back to the head of the queue. The interrupt
-stops every trial. Afterwards the world group is re-formed at the next cell, lost engines are
-replaced, and the best trial's names stay pullable (``%nbdist pull NAME --trial best``).
+the sweep and, with ``--restarts``, its trial waits for another block and resumes there. The
+interrupt stops every trial. Afterwards the world group is re-formed at the next cell, lost
+engines are replaced, and the best trial's names stay pullable (``%nbdist pull NAME --trial
+best``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import uuid
@@ -27,42 +29,43 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import CellOptions
-from ...errors import CellInterrupted, UsageError
-from ...protocol import Program, RankInfo, TrialInfo
+from ...errors import CellInterrupted, NbdistError, UsageError
+from ...protocol import Program, TrialInfo
+from ...telemetry.events import MetricRecord
 from ...telemetry.series import metric_values
 from ...worker import api
 from .. import session
 from ..cluster import fanout
 from ..run import programs
-from ..run.monitor import RunMonitor
+from ..run.controller import RunController
+from ..run.observers.assembly import assemble
+from ..run.observers.base import Observer, Phase, Tick
 from ..run.replay import replay
-from ..run.supervisor import CellRun
 from ..trackers import sinks
+from .blocks import Block, Blocks
 from .spec import SweepSpec, label, median_rule
-from .table import TrialRow, TrialTable, pull_trial
+from .table import TrialRow, TrialTable, keep, pull_trial
 
 __all__ = ["Sweep", "pull_trial", "run_sweep", "sweep"]
 
 _POLL = 0.05  # seconds between looks at the running trials (a reply wakes the loop at once)
-_JUDGE_EVERY = 0.5  # seconds between applications of the stopping rule
 
 
 @dataclass
 class _Trial:
-    """A trial as the sweep tracks it (kernel only)."""
+    """A trial as the sweep tracks it (kernel only): its row's facts, and its run once started."""
 
     id: int
     values: dict[str, Any]
     state: str = "queued"  # queued, running, done, failed, stopped
-    attempt: int = 0
     ranks: tuple[int, ...] = ()
-    run: Any = None  # the supervisor's CellRun while running
-    monitor: RunMonitor | None = None
+    run: RunController | None = None  # from its start to its end
     history: list[tuple[int, float]] = field(default_factory=list)  # (step, loss), main rank
     rate: float | None = None
     note: str = ""
     run_id: int | None = None
-    stop_note: str = ""  # why the sweep stopped it
+    stop_note: str = ""  # why the sweep's rule stopped it
+    judged: int = 0  # reports in its history when the stopping rule last looked
     points: list[tuple[str, int, float]] = field(default_factory=list)  # for the board, not sent
 
     @property
@@ -85,6 +88,29 @@ class _Trial:
         )
 
 
+class TrialFeed(Observer):
+    """What a sweep takes from a trial's run: its main rank's losses (for the stopping rule)
+    and every metric it reports (for the board), and its samples/s."""
+
+    def __init__(self, trial: _Trial):
+        self.trial = trial
+
+    def on_records(self, rank: int, records: list[MetricRecord]) -> None:
+        t = self.trial
+        if not t.ranks or rank != t.ranks[0]:
+            return
+        for rec in records:
+            if rec.step is None:
+                continue
+            values = metric_values(rec.loss, rec.extra)
+            if "loss" in values:
+                t.history.append((rec.step, values["loss"]))
+            t.points.extend((name, rec.step, v) for name, v in values.items())
+
+    def on_tick(self, tick: Tick) -> None:
+        self.trial.rate = tick.live.samples_per_s() or self.trial.rate
+
+
 class Sweep:
     """One sweep of ``program`` over ``spec``'s trials on ``cluster`` (see the module's text)."""
 
@@ -96,23 +122,17 @@ class Sweep:
         opts: CellOptions,
         board: Any = None,
     ) -> None:
-        n = len(cluster.slots)
-        spec.check_cluster(n)
+        spec.check_cluster(len(cluster.slots))
         if opts.ranks is not None:
             raise UsageError("--ranks and --sweep do not mix: a sweep uses every rank")
         self.cluster, self.program, self.spec, self.opts = cluster, program, spec, opts
         self.name = spec.name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
         self._run = uuid.uuid4().hex[:8]  # this sweep's run: its trials' checkpoints are theirs
         self.trials = [_Trial(i, values) for i, values in enumerate(spec.trials())]
-        k = spec.trial_size
-        self.free: deque[tuple[int, ...]] = deque(
-            tuple(range(b * k, (b + 1) * k)) for b in range(n // k)
-        )
+        self.blocks = Blocks(cluster, spec.trial_size)
         self.queue: deque[_Trial] = deque(self.trials)
-        self.lost: set[int] = set()
         self.board = board
         self._wake = threading.Event()
-        self._last_judged = 0.0
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> TrialTable:
@@ -121,7 +141,7 @@ class Sweep:
         fanout.call(
             cl.client, {s.rank: s.engine_id for s in cl.slots}, api.forget_trials, timeout=30
         )
-        cl.group_ready = False  # the trials' groups replace the world's: re-formed after
+        cl.note_group(False)  # the trials' groups replace the world's: re-formed after
         if self.board is not None:
             self.board.show()
         try:
@@ -134,7 +154,7 @@ class Sweep:
                 if self._running():
                     self._wake.wait(_POLL)
                     self._wake.clear()
-                elif self.queue and not self.free:  # every block lost an engine
+                elif self.queue and self.blocks.exhausted():  # every block lost an engine
                     for t in self.queue:
                         t.state, t.note = "failed", "not run: no whole block of ranks was left"
                     self.queue.clear()
@@ -142,7 +162,7 @@ class Sweep:
             interrupted = isinstance(exc, KeyboardInterrupt)
             for t in self._running():
                 t.run.interrupt()
-                self._end(t, t.run.finish(), interrupted=True)
+                self._end(t)
             for t in self.queue:
                 why = "interrupted" if interrupted else f"stopped ({type(exc).__name__})"
                 t.state, t.note = "stopped", f"not run: the sweep was {why}"
@@ -154,159 +174,101 @@ class Sweep:
         return TrialTable(self.name, [t.row() for t in self.trials])
 
     def _running(self) -> list[_Trial]:
-        return [t for t in self.trials if t.state == "running"]
+        return [t for t in self.trials if t.run is not None]
 
     def _launch(self) -> None:
-        while self.queue and self.free:
-            t, ranks = self.queue.popleft(), self.free.popleft()
+        """Start queued trials on the free blocks, in order, while there are some."""
+        while self.queue:
+            t = self.queue[0]
+            info = TrialInfo(self.name, t.id, dict(t.values))
+            formation = Block(self.blocks, info)
             try:
-                groups = self._groups(ranks)
-            except Exception as exc:  # e.g. the block's first engine died while idle
-                self._not_started(t, ranks, fanout.one_line(exc))
+                if not formation.place():
+                    return
+            except NbdistError as exc:  # its group could not be made there
+                self.queue.popleft()
+                t.state, t.note = "failed", str(exc)
                 continue
-            t.ranks, t.state, t.note, t.history, t.points = ranks, "running", "", [], []
-            opts = dataclasses.replace(
-                self.opts,
-                ranks=ranks,
-                extra={**self.opts.extra, "sweep": self.name, "trial": t.id, "values": t.values},
-            )
-            t.monitor = RunMonitor(
-                self.cluster,
+            self.queue.popleft()
+            t.ranks, t.state = formation.block, "running"
+            cl = self.cluster
+            watch = assemble(
                 self.program.source,
-                opts,
-                name=self.name,
-                label=f"trial {t.id}: {t.label}",
-                world_size=len(ranks),
-                dashboard=False,
-                total=self.opts.extra.get("total"),
-                stop_on_nan=bool(self.opts.extra.get("stop_on_nan")),
-                track=self.opts.extra.get("track"),  # each trial a tracker run, grouped
-            )
-            t.run_id = t.monitor.run_id
-            self._follow(t)
-            info = TrialInfo(self.name, t.id, dict(t.values), t.attempt)
-            t.run = CellRun(
-                self.cluster,
-                self.program,
-                opts,
-                groups,
-                f"{self.name}-{t.id}",  # the trial's checkpoints: its own folder
-                [t.monitor],
+                self.opts,
+                formation.block,
+                cluster_id=str(getattr(cl.engines, "cluster_id", "") or ""),
                 trial=info,
-                wake=self._wake,
+                label=f"trial {t.id}: {t.label}",
+                extra=[TrialFeed(t)],
+            )
+            t.run_id = watch.run_id
+            t.run = RunController(
+                cl,
+                self.program,
+                self.opts,
+                formation,
+                run_key=f"{self.name}-{t.id}",  # the trial's checkpoints: its own folder
                 run_id=f"{self.name}-{t.id}-{self._run}",  # earlier sweeps' move aside
+                watch=watch,
+                wake=self._wake,
             )
-
-    def _not_started(self, t: _Trial, ranks: tuple[int, ...], why: str) -> None:
-        """A trial whose group could not be set up: a block with a lost engine is retired and
-        the trial waits for another; otherwise the trial fails, in one line."""
-        cl = self.cluster
-        exited, alive = cl.drain_exits(), set(cl.client.ids)
-        lost = [r for r in ranks if cl.slots[r].pid in exited or cl.slots[r].engine_id not in alive]
-        if lost:
-            self.lost.update(lost)
-            self.queue.appendleft(t)
-            return
-        t.state, t.note = "failed", f"not started: {why}"
-        self.free.append(ranks)
-
-    def _groups(self, ranks: tuple[int, ...]) -> dict[int, RankInfo]:
-        """The trial's group: its ranks numbered from 0, on a store of its own that its first
-        engine serves (never the world's, whose clients must not meet the trial's)."""
-        cl = self.cluster
-        infos = cl.rank_infos()
-        first = cl.slots[ranks[0]]
-        addr = cl.engines.address_of(first.engine_id)
-        port = cl.client[first.engine_id].apply_sync(api.serve_store, addr, True)
-        cl.attempt += 1
-        return {
-            r: dataclasses.replace(
-                infos[r],
-                rank=i,
-                world_size=len(ranks),
-                master_addr=addr,
-                master_port=port,
-                attempt=cl.attempt,
-            )
-            for i, r in enumerate(ranks)
-        }
-
-    def _follow(self, t: _Trial) -> None:
-        """Keep the trial's main-rank losses (for the stopping rule) and every metric it
-        reports (for the board) as its monitor folds them."""
-        col, main = t.monitor.collector, t.ranks[0]
-        fold = col.on_records
-
-        def on_records(rank: int, recs: list) -> None:
-            fold(rank, recs)
-            if rank != main:
-                return
-            for rec in recs:
-                if rec.step is None:
-                    continue
-                values = metric_values(rec.loss, rec.extra)
-                if "loss" in values:
-                    t.history.append((rec.step, values["loss"]))
-                t.points.extend((name, rec.step, v) for name, v in values.items())
-
-        col.on_records = on_records
 
     def _step(self, t: _Trial) -> None:
-        try:
-            done = t.run.step()
-        except KeyboardInterrupt:
-            if t.monitor.stop_reason is None:  # the person's interrupt: the whole sweep
-                raise
-            t.stop_note = f"stopped: {t.monitor.stop_reason.summary}"
-            t.run.interrupt()
-            done = True
-        if done:
-            self._end(t, t.run.finish())
-        else:
-            t.rate = t.monitor.collector.samples_per_s() or t.rate
+        """One step of a trial's run; its row follows its phase."""
+        run = t.run
+        phase = run.step()
+        if phase.terminal:
+            self._end(t)
+        elif phase is Phase.RECOVERING and t.state == "running":
+            lost = sorted(set(run.report.lost))
+            why = next((f.summary for f in run.report.failures if not f.bystander), "")
+            done = run.policy.restarts_done
+            t.state = "queued"
+            t.note = f"rank(s) {lost} lost ({why}); restarting, attempt {done}"
+        elif phase is Phase.RUNNING and t.state == "queued":
+            t.state, t.ranks = "running", run.formation.ranks()
 
     def _judge(self) -> None:
-        """Apply the stopping rule to the running trials, twice a second."""
-        now = time.monotonic()
-        if self.spec.stop_early != "median" or now - self._last_judged < _JUDGE_EVERY:
+        """Apply the stopping rule to each running trial whose losses came since it last
+        looked (a batch of them, about twice a second): a hopeless trial stops as soon as its
+        reports say so."""
+        if self.spec.stop_early != "median":
             return
-        self._last_judged = now
         for t in self._running():
+            if len(t.history) == t.judged:
+                continue
+            t.judged = len(t.history)
             others = [o.history for o in self.trials if o is not t]
             why = median_rule(t.history, others, self.spec.grace)
             if why is not None:
                 t.stop_note = why
-                t.run.interrupt()
-                self._end(t, t.run.finish())
+                t.run.stop(why)
+                self._end(t)
 
-    def _end(self, t: _Trial, report: Any, interrupted: bool = False) -> None:
-        """A trial's cell has ended: its state, its note, its block back (or retired)."""
-        lost = sorted(set(report.lost))
-        self.lost.update(lost)
-        failures = [f for f in report.failures if not f.bystander]
+    def _end(self, t: _Trial) -> None:
+        """A trial's run has ended: its state and note, its watch closed, its block back (or
+        retired), and its engines keep only the best trial's names."""
+        run, t.run = t.run, None
+        report = run.report
+        failures = [f for f in report.failures if not f.bystander] or report.failures
+        status = run.status()
         if t.stop_note:
-            t.state, t.note, status = "stopped", t.stop_note, "stopped"
-        elif interrupted or report.interrupted:
-            t.state, t.note, status = "stopped", "interrupted", "interrupted"
-        elif lost and t.attempt < self.opts.restarts:
-            t.state, status = "queued", "failed"
-            t.attempt += 1
-            why = (failures or report.failures)[0].summary
-            t.note = f"rank(s) {lost} lost ({why}); restarting, attempt {t.attempt}"
-            self.queue.appendleft(t)
-        elif report.failures:
-            first = failures[0] if failures else report.failures[0]
-            t.state, status = "failed", "failed"
-            t.note = f"rank {t.ranks.index(first.rank)}: {first.summary}"
+            t.state, t.note = "stopped", t.stop_note
+        elif report.stopped is not None:
+            t.state, t.note = "stopped", f"stopped: {report.stopped.reason.summary}"
+        elif status == "interrupted":
+            t.state, t.note = "stopped", "interrupted"
+        elif status == "failed":
+            first = failures[0] if failures else None
+            t.state = "failed"
+            t.note = run.note or (
+                f"rank {t.ranks.index(first.rank)}: {first.summary}" if first else ""
+            )
         else:
-            t.state, status = "done", "ok"
-        failed = [{"rank": f.rank, "summary": f.summary, "kind": f.kind} for f in failures]
-        t.monitor.close(status, failed)
-        t.rate = t.monitor.collector.samples_per_s() or t.rate
-        t.run = None
-        if not lost:
+            t.state = "done"
+        run.close()
+        if not report.lost:
             self._keep_best(t.ranks)
-            self.free.append(t.ranks)
 
     # -- the end ----------------------------------------------------------------------------
     def _show(self, force: bool = False) -> None:
@@ -341,14 +303,15 @@ class Sweep:
     def _finish(self, status: str) -> None:
         cl = self.cluster
         table = TrialTable(self.name, [t.row() for t in self.trials])
-        self._keep_best(s.rank for s in cl.slots if s.rank not in self.lost)
-        cl.last_sweep = table
+        lost = sorted(self.blocks.lost)
+        self._keep_best(s.rank for s in cl.slots if s.rank not in lost)
+        keep(cl, table)
         if self.board is not None:
             self._show(force=True)
             self.board.finish(status)
-        if self.lost:
-            cl.replace(sorted(self.lost))
-            note = f"nbdist: rank(s) {sorted(self.lost)} got fresh engines"
+        if lost:
+            cl.replace(lost)
+            note = f"nbdist: rank(s) {lost} got fresh engines"
             if self.opts.restarts:
                 replay(cl)
                 note += "; earlier cells were replayed there"
@@ -376,17 +339,17 @@ def sweep(
 
     parsed = {k: parse_values(k, v) if isinstance(v, str) else v for k, v in dict(params).items()}
     spec = SweepSpec(parsed, trial_size, samples, seed, stop_early, name)
-    telemetry = {k: options.pop(k) for k in ("total", "stop_on_nan", "track") if k in options}
-    opts = CellOptions(**options, extra=telemetry)
-    return run_sweep(programs.cell(cell), spec, opts, board)
+    opts = CellOptions(**options, name=name, dashboard=board)
+    return run_sweep(programs.cell(cell), spec, opts)
 
 
-def run_sweep(program: Program, spec: SweepSpec, opts: CellOptions, board: bool) -> TrialTable:
-    """The sweep of ``program`` on the current cluster, with its board when ``board``."""
+def run_sweep(program: Program, spec: SweepSpec, opts: CellOptions) -> TrialTable:
+    """The sweep of ``program`` on the current cluster, with its board unless
+    ``opts.dashboard`` is False."""
     cluster = session.current()
-    sinks.check(sinks.names(opts.extra.get("track")))  # before any trial: one line
+    sinks.check(opts.track)  # before any trial: one line
     shown = None
-    if board:
+    if opts.dashboard:
         from .board import SweepBoard
 
         shown = SweepBoard(f"sweep {spec.name or ''}".strip())

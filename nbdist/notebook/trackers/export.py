@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ... import config
 from ...errors import UsageError
 from ...telemetry.series import RunSeries, fold_rows
 from ...telemetry.store import RunStore
@@ -27,7 +28,7 @@ def send(record: dict, store: RunStore, tracker: str, checkpoints: bool = False)
     """Send the kept run ``record`` to ``tracker``; return the tracker's own run (its id for
     MLflow, the run object for W&B, the experiment for Comet). ``checkpoints``: the run's
     checkpoint folder too (its last checkpoint event names it), if it is on this machine."""
-    (name,) = sinks.names(tracker)
+    (name,) = config.tracker_names(tracker)
     if record["status"] == "running":
         raise UsageError(f"run {record['id']} is still running: send it once it has ended")
     folder = _checkpoints(store, record["id"]) if checkpoints else None

@@ -2,9 +2,9 @@
 
 A sink (``Sink``) opens one tracker run for one nbdist run (``RunInfo``), takes batches of
 points (``Point``: a metric's value at a step) and closes the run with its status, summary and
-events. ``TRACKERS`` names the ones ``--track`` takes; ``check`` refuses, in one line naming the
-pip command, a tracker whose package is missing (without importing it: that happens on the
-sink's own thread).
+events. ``TRACKERS`` says where each of ``--track``'s names is found; ``check`` refuses, in one
+line naming the pip command, a tracker whose package is missing (without importing it: that
+happens on the sink's own thread).
 
 ``Fanout`` gives each sink a thread and a bounded queue: the kernel's main thread only appends
 to queues. A sink that raises is dropped with one warning; one that falls behind loses its
@@ -24,14 +24,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
+from ... import config
 from ...errors import UsageError
 
-#: name -> (module of its sink, the package to import, the pip command that installs it)
-TRACKERS = {
-    "mlflow": ("mlflow_sink", "mlflow", "pip install mlflow"),
-    "wandb": ("wandb_sink", "wandb", "pip install wandb"),
-    "comet": ("comet_sink", "comet_ml", "pip install comet_ml"),
-}
+#: name (``config.TRACKERS``, which ``--track`` takes) -> (module of its sink, the package to
+#: import, the pip command that installs it)
+TRACKERS = dict(
+    zip(
+        config.TRACKERS,
+        (
+            ("mlflow_sink", "mlflow", "pip install mlflow"),
+            ("wandb_sink", "wandb", "pip install wandb"),
+            ("comet_sink", "comet_ml", "pip install comet_ml"),
+        ),
+        strict=True,
+    )
+)
 QUEUE_LIMIT = 60  # batches a sink may fall behind (a minute at one a second) before dropping
 CLOSE_WAIT = 30.0  # seconds the end of a run waits for its trackers, all together
 
@@ -72,24 +80,6 @@ class Sink(Protocol):
         """Store the files of ``folder`` (a run's checkpoints) with the tracker's run."""
 
     def close(self, status: str, summary: Mapping[str, float], events: list[dict]) -> None: ...
-
-
-def names(track: Any) -> tuple[str, ...]:
-    """``--track``'s value (``"mlflow,wandb"``, a list of such) as tracker names, each once;
-    an unknown name is one line listing the known ones."""
-    if not track:
-        return ()
-    items = [track] if isinstance(track, str) else list(track)
-    if not all(isinstance(t, str) for t in items):
-        raise UsageError(f"--track takes tracker names like mlflow,wandb, not {track!r:.60}")
-    out: list[str] = []
-    for name in (n.strip().lower() for t in items for n in t.split(",")):
-        if name and name not in out:
-            out.append(name)
-    bad = [n for n in out if n not in TRACKERS]
-    if bad:
-        raise UsageError(f"--track {bad[0]!r}: choose from {', '.join(TRACKERS)}")
-    return tuple(out)
 
 
 def check(track: Iterable[str]) -> None:
