@@ -15,14 +15,14 @@ Who sends what::
     kernel -> engine   receive(token, ShardMeta, …) -> bytes held
     kernel -> engine   describe(name)               -> ValueInfo | None
     engine -> kernel   Batch (MetricRecord, HealthSample, EventRecord) by data publication
-    host   -> kernel   HostRecord (JSON file in the registry)
+    host   -> kernel   HostRecord (JSON file in the registry: ``records.host``)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .config import CellOptions
@@ -44,7 +44,6 @@ __all__ = [
     "EventRecord",
     "GpuInfo",
     "HealthSample",
-    "HostRecord",
     "Inventory",
     "MetricRecord",
     "PackedValue",
@@ -53,13 +52,12 @@ __all__ = [
     "MESH_DIMENSIONS",
     "RankInfo",
     "ShardMeta",
-    "SlotRecord",
     "TrialInfo",
     "ValueInfo",
 ]
 
 
-def _from_dict(cls, data: dict):
+def from_fields(cls, data: dict):
     """``cls(**data)`` keeping only the fields ``cls`` knows (records read from older files)."""
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in names})
@@ -96,7 +94,7 @@ class Inventory:
     @classmethod
     def from_dict(cls, data: dict) -> Inventory:
         gpus = tuple(GpuInfo(**g) for g in data.get("gpus") or ())
-        return _from_dict(cls, {**data, "gpus": gpus})
+        return from_fields(cls, {**data, "gpus": gpus})
 
 
 # -- a rank ----------------------------------------------------------------------------------
@@ -138,7 +136,7 @@ class RankInfo:
 
     @classmethod
     def from_dict(cls, data: dict) -> RankInfo:
-        return _from_dict(cls, data)
+        return from_fields(cls, data)
 
 
 @dataclass(frozen=True)
@@ -335,66 +333,3 @@ class DebugReply:
 
     output: str
     done: bool = False
-
-
-# -- a cluster held by a cluster host (the sidebar's "Start cluster") ----------------------------
-@dataclass(frozen=True)
-class SlotRecord:
-    """Where one rank runs, as the host record keeps it."""
-
-    rank: int
-    engine_id: int
-    host: str
-    pid: int
-    local_rank: int = 0
-    local_world_size: int = 1
-    group_rank: int = 0
-    device: str = "cpu"
-
-
-@dataclass(frozen=True)
-class HostRecord:
-    """A cluster host's record (``records.registry``): written by the host, read by the server
-    to list clusters and by ``nbdist.attach()`` to connect. ``state``: starting, running,
-    stopping, failed. Fields after ``started`` are known once the cluster is running."""
-
-    pid: int
-    n: int
-    state: str = "starting"
-    started: float = 0.0
-    cluster_id: str | None = None
-    error: str | None = None
-    ready_seconds: float | None = None
-    backend: str = "gloo"
-    master_port: int = 0
-    attempt: int = 0
-    ip: str = "127.0.0.1"
-    threads: int = 1
-    profile_dir: str = ""
-    log_dir: str = ""
-    socket: str = ""
-    slots: tuple[SlotRecord, ...] = ()
-    engines: tuple[dict, ...] = ()  # {"pid": int, "rank": int | None}, every engine started
-    inventory: dict[int, Inventory] = field(default_factory=dict)  # by engine id
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out["slots"] = [asdict(s) for s in self.slots]
-        out["engines"] = [dict(e) for e in self.engines]
-        out["inventory"] = {str(k): v.to_dict() for k, v in self.inventory.items()}
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HostRecord:
-        """The record read from JSON; malformed, it raises what ``records.registry`` catches."""
-        return _from_dict(
-            cls,
-            {
-                **data,
-                "slots": tuple(_from_dict(SlotRecord, s) for s in data.get("slots") or ()),
-                "engines": tuple(dict(e) for e in data.get("engines") or ()),
-                "inventory": {
-                    int(k): Inventory.from_dict(v) for k, v in (data.get("inventory") or {}).items()
-                },
-            },
-        )

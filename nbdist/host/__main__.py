@@ -32,8 +32,8 @@ import psutil
 
 from .. import config
 from ..errors import UsageError
-from ..protocol import HostRecord, SlotRecord
 from ..records import limits, registry
+from ..records.host import HostRecord, SlotRecord
 from ..records.profile import profile_dir
 
 
@@ -126,7 +126,7 @@ class _Control:
 
 
 class _Record:
-    """This host's record (``protocol.HostRecord``), written again at every change."""
+    """This host's record (``records.host.HostRecord``), written again at every change."""
 
     def __init__(self, pid: int, n: int):
         self._lock = threading.Lock()  # the control thread adds engines while main may update

@@ -6,7 +6,7 @@ written atomically (never half-written) and readable by their owner alone, in a 
 mode 0700 that also holds each host's control socket. The server lists these records and
 ``nbdist.attach()`` connects a notebook to the cluster one describes: on the floor, so that
 host, server and kernel read them without importing each other. A record is a
-``protocol.HostRecord``; files that do not hold one are skipped. Beside each record, the host's
+``records.host.HostRecord``; files that do not hold one are skipped. Beside each record, the host's
 lease file (``lease_path``): the attached notebook's lock (see ``engines.hosted.Lease``).
 """
 
@@ -21,7 +21,7 @@ import psutil
 
 from .. import config, datadir
 from ..errors import UsageError
-from ..protocol import HostRecord
+from .host import HostRecord
 
 #: The module a cluster host runs as (``python -m``): how its process is told from others.
 HOST_MODULE = "nbdist.host"

@@ -22,15 +22,9 @@ from nbdist.notebook.cluster.engines.remote.engines import RemoteEngines
 from nbdist.notebook.cluster.engines.remote.jobs import RemoteExit
 from nbdist.notebook.cluster.hosts import cluster_config
 from nbdist.notebook.cluster.ranks import for_config
-from nbdist.protocol import (
-    EngineIdentity,
-    GpuInfo,
-    HostRecord,
-    Inventory,
-    RankInfo,
-    SlotRecord,
-)
+from nbdist.protocol import EngineIdentity, GpuInfo, Inventory, RankInfo
 from nbdist.records import registry
+from nbdist.records.host import HostRecord, SlotRecord
 
 ENGINE_SETS = [LocalEngines, RemoteEngines, HostedEngines]
 

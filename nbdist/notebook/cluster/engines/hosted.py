@@ -25,8 +25,8 @@ import psutil
 
 from ....config import ClusterConfig
 from ....errors import NbdistError, UsageError
-from ....protocol import HostRecord
 from ....records import registry
+from ....records.host import HostRecord
 from .base import EngineExit, OnThisMachine
 from .processes import Pids, close_quietly
 
