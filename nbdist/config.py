@@ -38,9 +38,12 @@ MIN_ENGINE_LIMIT = 8
 SCHEDULER_ENGINE_LIMIT = 4096
 #: Restarts one cell may use: a worker lost more often has a cause to fix, not to retry.
 MAX_RESTARTS = 100
-#: The shortest progress deadline: ranks report every 0.5 s, read as often; less takes healthy
-#: ranks for hung.
+#: The shortest progress deadline: ranks report every 0.5 s (``--refresh``), read as often; less
+#: takes healthy ranks for hung. A slower pace needs a deadline of a few of its periods.
 MIN_PROGRESS_TIMEOUT = 2.0
+#: The pace of a cell's reports and board (``--refresh``): what a browser can follow at most,
+#: and still a live board at least.
+REFRESH_LIMITS = (0.1, 60.0)
 
 
 def data_dir() -> Path:
@@ -307,6 +310,18 @@ class CellOptions:
         ),
     )
     """Stop every rank as soon as one reports a loss that is not finite."""
+    refresh: float = field(
+        default=0.5,
+        metadata=_flag(
+            "--refresh",
+            type=float,
+            metavar="SECONDS",
+            help="how often the ranks send their reports and the board redraws (default 0.5)",
+        ),
+    )
+    """Seconds between the ranks' batches of reports (and health samples) and between the
+    board's redraws: a slower pace costs the kernel less at many ranks (each batch costs the
+    engine, the controller and the kernel about a millisecond)."""
     track: tuple[str, ...] = field(
         default=(),
         metadata=_flag(
@@ -333,7 +348,12 @@ class CellOptions:
                 raise UsageError(
                     "--min-workers only acts when a lost worker is not replaced: add --restarts R"
                 )
-        low, fix = MIN_PROGRESS_TIMEOUT, " (reports come every 0.5 s)"
+        low, high = REFRESH_LIMITS
+        set_(self, "refresh", seconds(self.refresh, "--refresh", low, " (at most 60)"))
+        if self.refresh > high:
+            raise UsageError(f"--refresh must be at most {high:g} s, not {self.refresh!r}")
+        low = max(MIN_PROGRESS_TIMEOUT, 4 * self.refresh)
+        fix = f" (reports come every {self.refresh:g} s: --refresh)"
         set_(
             self, "progress_timeout", seconds(self.progress_timeout, "--progress-timeout", low, fix)
         )
@@ -399,11 +419,9 @@ def _rank_list(ranks: object) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class TelemetryConfig:
-    """How the notebook watches a running cell: the dashboard's pace and the health verdicts."""
+    """How the notebook watches a running cell: the health verdicts, the run store's pace (the
+    board's is the cell's ``--refresh``)."""
 
-    ui_interval: float = 0.5
-    """Seconds between the dashboard's updates: what changed goes to the browser, which draws
-    (the ranks' batches come as often)."""
     store_interval: float = 0.5
     """Seconds between writes to the run store (one transaction each)."""
     silent_after: float = 5.0
@@ -414,7 +432,7 @@ class TelemetryConfig:
     """Last lines of each rank's output shown on the dashboard."""
 
     def __post_init__(self) -> None:
-        for name in ("ui_interval", "store_interval", "silent_after"):
+        for name in ("store_interval", "silent_after"):
             seconds(getattr(self, name), name)
         if not (isinstance(self.slow_factor, (int, float)) and 1 < self.slow_factor < math.inf):
             raise UsageError(f"slow_factor must be a number > 1, not {self.slow_factor!r}")

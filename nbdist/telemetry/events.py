@@ -1,6 +1,6 @@
 """The telemetry schema, one for all places: what engines send, the collector keeps, the store has.
 
-Engine -> kernel. Every ``FLUSH_INTERVAL`` while a cell runs, an engine publishes one ``Batch``
+Engine -> kernel. Every ``--refresh`` seconds while a cell runs, an engine publishes one ``Batch``
 (its ``MetricRecord``s, ``EventRecord``s and maybe a ``HealthSample``) through ipyparallel's data
 publication, under a fresh key ``nbdist:<pid>:<seq>`` in the result's ``metadata['data']``; the
 collector pops the keys it has read, so a batch is never overwritten nor read twice, and ignores
@@ -150,7 +150,7 @@ class HealthSample:
 
 @dataclass(frozen=True)
 class Batch:
-    """What an engine publishes every ``FLUSH_INTERVAL`` while a cell runs."""
+    """What an engine publishes every ``--refresh`` seconds while a cell runs."""
 
     rank: int
     seq: int

@@ -140,7 +140,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
     began = time.monotonic()
     try:
         # ties nbdist.report()'s batches to this request, and samples health while it runs
-        sender.begin_cell(req.telemetry)
+        sender.begin_cell(req.telemetry, opts)
         if req.group is not None:
             rendezvous.form(req.group, req.group_timeout)
         bound = trials.begin(req.trial)

@@ -196,7 +196,7 @@ def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
     assert statistics.median(backlog) <= 3, "batches pile up between polls"
     polls = sorted(mon.poll_seconds)
     assert polls[len(polls) // 2] < 0.05, f"median poll {polls[len(polls) // 2]:.3f} s"
-    assert dashboard is not None and dashboard.updates >= seconds / CFG.ui_interval / 3
+    assert dashboard is not None and dashboard.updates >= seconds / CellOptions().refresh / 3
     assert len(store.metrics(mon.run_id)) == sent[0]
     assert store.get_run(mon.run_id)["status"] == "ok"
 

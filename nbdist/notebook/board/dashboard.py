@@ -95,7 +95,7 @@ def event_dict(e: RunEvent) -> dict:
 class Dashboard:
     """The state of one run's dashboard, and what of it the browser has not seen yet.
 
-    ``show()`` puts the widget under the cell; ``update()`` (every ``ui_interval``) sends what
+    ``show()`` puts the widget under the cell; ``update()`` (at the cell's ``--refresh``) sends what
     changed; ``finish()`` sends the rest, refreshes the history and adds the static picture.
     ``log_ranks``: the ranks whose output is not shown under the cell, so the board shows their
     last lines (rank 0's, printed below the board already, are not repeated).

@@ -21,17 +21,16 @@ import threading
 import time
 from collections import deque
 
+from ...config import CellOptions
 from ...telemetry import events
 from ...telemetry.events import Batch, EventRecord, MetricRecord
 from .. import state
 from .health import Health
 
-# Seconds between batches while a cell runs. Each batch costs the engine, the controller's hub
+# Batches go out as often as the board is drawn (the cell's --refresh: twice a second unless it
+# says otherwise), each with a health sample. Each batch costs the engine, the controller's hub
 # and the kernel's client thread about a millisecond of CPU each (measured: at 5 batches/s/rank
-# the kernel's client thread alone took 0.8 % of a core), so they go out as often as the
-# dashboard is drawn (twice a second), each with a health sample.
-FLUSH_INTERVAL = 0.5
-HEALTH_INTERVAL = 0.5  # seconds between health samples
+# the kernel's client thread alone took 0.8 % of a core).
 MAX_QUEUED = 200_000  # records kept if the sender cannot keep up (oldest dropped)
 
 
@@ -54,10 +53,12 @@ class Sender:
         self.seq = 0
         self.health = Health()
         self.health_due = 0.0
+        self.interval = CellOptions().refresh  # seconds between batches: the cell's --refresh
 
     # -- cell boundaries (main thread) ----------------------------------------------------------
-    def begin_cell(self, telemetry: bool = True) -> None:
+    def begin_cell(self, telemetry: bool, opts: CellOptions) -> None:
         self.parent = None
+        self.interval = opts.refresh
         self.queue.clear()
         self.events.clear()  # a checkpoint's event from an unwatched cell is not the next one's
         if not telemetry:
@@ -103,14 +104,14 @@ class Sender:
                 self.begun.wait()
                 self.begun.clear()
                 continue
-            self.wake.wait(FLUSH_INTERVAL)
+            self.wake.wait(self.interval)
             self.wake.clear()
             if self.parent is None:
                 continue
             try:
                 self.flush(health=time.monotonic() >= self.health_due)
             except Exception:  # never let telemetry kill the thread; the next batch retries
-                time.sleep(FLUSH_INTERVAL)
+                time.sleep(self.interval)
 
     def flush(self, health: bool = False) -> None:
         """Send what is queued (and a health sample) as one batch, if a cell is running."""
@@ -126,7 +127,7 @@ class Sender:
             evs = [self.events.popleft() for _ in range(len(self.events))]
             sample = None
             if health:
-                self.health_due = time.monotonic() + HEALTH_INTERVAL
+                self.health_due = time.monotonic() + self.interval
                 sample = self.health.sample()
             if not records and not evs and sample is None:
                 return
@@ -179,10 +180,10 @@ def _record(raw: tuple) -> MetricRecord:
 
 
 # -- the runner's hooks, and others' data ---------------------------------------------------------
-def begin_cell(telemetry: bool = True) -> None:
-    """Runner hook, main thread, cell start: capture the cell's request, start the sender
-    (``telemetry`` False: nobody watches this cell, nothing is sent)."""
-    engine.begin_cell(telemetry)
+def begin_cell(telemetry: bool, opts: CellOptions) -> None:
+    """Runner hook, main thread, cell start: capture the cell's request, start the sender at
+    the pace ``opts`` asks (``telemetry`` False: nobody watches this cell, nothing is sent)."""
+    engine.begin_cell(telemetry, opts)
 
 
 def end_cell() -> None:

@@ -8,7 +8,7 @@ recovery's events. The watch folds what arrived (``board.collector.Collector``) 
 - ``on_records``: a rank's metric records, as they arrive;
 - ``on_mean``: a newly settled point of a metric's mean over ranks;
 - ``on_event``: an event (the engines', a NaN loss, a change of a rank's state, recovery's);
-- ``on_tick``: at the board's pace (``TelemetryConfig.ui_interval``), at once when a rank dies
+- ``on_tick``: at the board's pace (the cell's ``--refresh``), at once when a rank dies
   and at each change of phase: the live state as it stands (``Tick``);
 - ``on_end``: once, how the run ended (``RunEnd``).
 

@@ -6,8 +6,9 @@ asks it which ranks passed the progress deadline (``hung_ranks``) and whether an
 for the run to stop (``stop``); the controller tells it the run's phases and recovery's events.
 The watch folds what arrived (``board.collector.Collector``) and tells each observer
 (``base.Observer``) what the fold made: records as they come, events and settled means, and the
-live state at the board's pace (``TelemetryConfig.ui_interval``), at once when a rank dies or
-the phase changes. ``close`` ends it: every observer is told how the run ended, once, then what
+live state at the board's pace (the cell's ``--refresh``, as the ranks send), at once when a
+rank dies or the phase changes. A rank is silent after a few periods of that pace at least.
+``close`` ends it: every observer is told how the run ended, once, then what
 the assembly opened for them (the run store's writer) is closed.
 
 ``last()`` is the latest run of this kernel (tests and benchmarks look inside it).
@@ -15,6 +16,7 @@ the assembly opened for them (the run store's writer) is closed.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -49,7 +51,10 @@ class Watch:
     ):
         global _last
         self.info = info
-        self.cfg = cfg or TelemetryConfig()
+        pace = info.options.refresh
+        cfg = cfg or TelemetryConfig()  # silent: no news for a few of the ranks' periods
+        self.cfg = dataclasses.replace(cfg, silent_after=max(cfg.silent_after, 3 * pace))
+        self.pace = pace
         self.collector = Collector(
             list(info.ranks), self.cfg, total=info.options.total, started=info.started
         )
@@ -81,7 +86,7 @@ class Watch:
         col.poll(ranks)
         self._tell()
         died = any(st.outcome == ev.DEAD and st.state != ev.DEAD for st in col.ranks.values())
-        if died or col.clock() - self._last_tick >= self.cfg.ui_interval:
+        if died or col.clock() - self._last_tick >= self.pace:
             self.tick(urgent=died)
         self.poll_seconds.append(time.perf_counter() - t0)
 
