@@ -12,11 +12,11 @@ one custom message per update (points appended to each trial's curves, the rows 
 and keeps ``history``, a decimated copy of everything, refreshed every few seconds and at the
 end, where a view that appears later starts. Curves are ``board.curves.Curve`` (bounded, min/max
 buckets; at most ``MAX_METRICS`` metrics), so a trial of a million steps costs what one of a
-thousand does. When the sweep ends
-the output keeps the widget and gains one static PNG of the board, for renderers without widgets.
-When no front end draws the board (``board.widget.live``: papermill, ``jupyter nbconvert
---execute``) there is no widget: a line of text until the end, then the picture; the trials' points
-are still kept (the picture draws them), and nothing is sent.
+thousand does. When the sweep ends the output keeps the widget and gains one static PNG of the
+board (``picture``), for renderers without widgets. When no front end draws the board
+(``board.widget.live``: papermill, ``jupyter nbconvert --execute``) there is no widget: a line
+of text until the end, then the picture; the trials' points are still kept (the picture draws
+them), and nothing is sent.
 
 Everything sent is plain data: numbers finite or None (a NaN loss travels as the text "nan"),
 text from engines and users sent as text; the browser sets it with ``textContent``.
@@ -30,8 +30,8 @@ import time
 from typing import Any
 
 from ...telemetry.curves import Curve, Outbox, decimated
-from ...telemetry.format import fmt, fmt_duration
 from ...telemetry.series import MAX_METRICS
+from . import picture
 
 STATES = ("queued", "running", "done", "failed", "stopped")
 RATE = "samples/s"  # the name of a trial's throughput curve
@@ -39,13 +39,6 @@ _SEND_EVERY = 0.25  # seconds between updates that are not forced
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
 _HISTORY_POINTS = 4000  # points per history and chart, shared among the trials' curves
 _CURVE_POINTS = 2000  # points kept per trial and curve
-_STATE_COLOURS = {
-    "queued": "#757575",
-    "running": "#1565c0",
-    "done": "#2e7d32",
-    "failed": "#c62828",
-    "stopped": "#ef6c00",
-}
 
 
 def _finite(x: Any) -> float | None:
@@ -287,110 +280,12 @@ class SweepBoard:
             self._handle.update(self._bundle(png), raw=True)
 
     def picture(self) -> bytes:
-        """The board as one PNG (matplotlib, off-screen). Text is drawn as text: no TeX."""
-        from matplotlib.figure import Figure
-
-        from ..board.charts import figure_png
-
-        shown = self.rows[:16]
-        more = len(self.rows) - len(shown)
-        table_in = 0.22 * (len(shown) + 1) if shown else 0.0
-        height = 3.8 + table_in + 0.25 * bool(more) + 0.15  # inches, top to bottom
-
-        def y(inches: float) -> float:  # inches from the top, as a figure fraction
-            return 1 - inches / height
-
-        fig = Figure(figsize=(10, height), dpi=80)
+        """The board as one PNG (``picture``: matplotlib, off-screen)."""
         title = f"{self.title} · {self.status}"
-        fig.text(0.01, y(0.3), title, weight="bold", fontsize=11, parse_math=False)
-        summary = _summary(self._head(), self._rows)
-        fig.text(0.01, y(0.55), summary, fontsize=9, parse_math=False)
-        chart = (y(3.25), 2.4 / height)  # bottom, height: room below for ticks and labels
-        loss_ax = fig.add_axes((0.07, chart[0], 0.5, chart[1]))
-        rate_ax = fig.add_axes((0.65, chart[0], 0.33, chart[1]))
-        self._plot(loss_ax, "loss", "loss")
-        self._plot(rate_ax, RATE, "samples/s")
-        rate_ax.set_ylim(bottom=0)
-        if loss_ax.lines and len(self._rows) <= 12:
-            legend = loss_ax.legend(fontsize=7, loc="upper right")
-            for text in legend.get_texts():
-                text.set_parse_math(False)
-        if shown:
-            box = (0.01, y(3.8 + table_in), 0.98, table_in / height)
-            _table(fig, shown, self.best_trial(), box)
-        if more:
-            fig.text(0.01, y(3.8 + table_in + 0.2), f"... and {more} more trials", fontsize=8)
-        return figure_png(fig)
-
-    def _plot(self, ax: Any, key: str, ylabel: str) -> None:
-        for t, curve in sorted(self._curves[key].items()):
-            row = self._rows.get(t, {})
-            state = row.get("state")
-            ax.plot(
-                curve.x,
-                curve.y,
-                color=f"C{t % 10}",  # matplotlib's tab10: the browser's palette
-                lw=1.1,
-                ls={"stopped": "--", "failed": ":"}.get(state, "-"),  # as the browser's
-                alpha=0.4 if state == "failed" else 0.85,
-                label=f"#{t} {row.get('label', '')}"[:40],
-            )
-        ax.set_xlabel("step")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-
-
-_COLUMNS = (
-    ("trial", "trial"),
-    ("label", "values"),
-    ("state", "state"),
-    ("ranks", "ranks"),
-    ("step", "step"),
-    ("loss", "loss"),
-    ("best", "best"),
-    ("samples_per_s", "samples/s"),
-    ("note", "note"),
-)
-
-
-def _cell(key: str, value: Any) -> str:
-    if value is None or value == "":
-        return "–"
-    if isinstance(value, float):
-        return f"{value:,.0f}" if key == "samples_per_s" else fmt(value)
-    if isinstance(value, int) and key == "step":
-        return f"{value:,}"
-    return str(value)[: 60 if key == "note" else 32]
-
-
-def _table(fig: Any, rows: list[dict], best: int | None, box: tuple) -> None:
-    from ..board.charts import state_table
-
-    ax = fig.add_axes(box)
-    ax.axis("off")
-    text = [[_cell(k, r[k]) for k, _ in _COLUMNS] for r in rows]
-    for line, r in zip(text, rows, strict=True):
-        line[0] = f"#{r['trial']}" + (" ★" if r["trial"] == best else "")
-    table = state_table(
-        ax,
-        text,
-        [label for _, label in _COLUMNS],
-        [_STATE_COLOURS[r["state"]] for r in rows],
-        [0.05, 0.2, 0.07, 0.06, 0.06, 0.07, 0.07, 0.08, 0.34],
-    )
-    for i, r in enumerate(rows, start=1):
-        if r["trial"] == best:
-            for j in range(len(_COLUMNS)):
-                table[i, j].get_text().set_weight("bold")
-
-
-def _summary(head: dict, rows: dict[int, dict]) -> str:
-    parts = [f"{n} {s}" for s, n in head["counts"].items() if n]
-    best = head["best"]
-    if best is not None:
-        parts.append(f"best #{best} {rows[best]['label']}: {fmt(rows[best]['best'])}")
-    parts.append(fmt_duration(head["elapsed"]))
-    return " · ".join(parts)
+        curves = self._curves
+        return picture.png(
+            title, self._head(), self.rows, curves["loss"], curves[RATE], self.best_trial()
+        )
 
 
 def _size(msg: dict) -> int:
