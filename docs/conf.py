@@ -4,8 +4,8 @@ builds it with warnings as errors (tests/unit/test_docs.py).
 
 Nothing is fetched: no intersphinx, no remote images, notebooks never executed here. What the
 tests produced is shown when it is there (docs/_ext/nbdist_docs.py): the example notebooks as
-tests/integration/test_notebooks.py executed them (test-artifacts/notebooks/), and the browser
-tests' screenshots (test-artifacts/screenshots/); without them, the committed notebooks
+tests/integration/shipped/test_notebooks.py executed them (test-artifacts/notebooks/), and the
+browser tests' screenshots (test-artifacts/screenshots/); without them, the committed notebooks
 unexecuted, and a line naming the test that takes each screenshot.
 """
 

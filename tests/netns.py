@@ -1,7 +1,7 @@
 """Hosts for tests of engines on other hosts: a test sshd, and two network namespaces standing
 for two machines with their own addresses, hostnames and (optionally) a shaped, slow link.
 
-Shared by ``tests/integration/test_remote.py``, ``test_slow_link.py`` and the slow-link
+Shared by ``tests/integration/remote/test_remote.py``, ``test_slow_link.py`` and the slow-link
 benchmark (which puts ``tests/`` on ``sys.path``), so it needs neither pytest nor conftest.
 
 ``Sshd(home, addr, netns=None, hostname=None)``
@@ -21,7 +21,8 @@ benchmark (which puts ``tests/`` on ``sys.path``), so it needs neither pytest no
     ``close()`` stops the sshds and undoes every step, in reverse; ``leftovers()`` names what
     is still there.
 
-``unavailable()`` and ``sshd_unavailable()`` give the reason these cannot be made here, or None.
+``unavailable()`` and ``sshd_unavailable()`` give the reason these cannot be made here, or None;
+in a test, ``need_sshd()`` skips it for that reason.
 """
 
 from __future__ import annotations
@@ -87,6 +88,14 @@ def sshd_unavailable() -> str | None:
             return "/run/sshd is missing and only root can make it"
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     return None
+
+
+def need_sshd() -> None:
+    """Skip the calling test where a test sshd cannot run here (``sshd_unavailable``)."""
+    import pytest  # here, not above: the benchmark imports this module without pytest
+
+    if reason := sshd_unavailable():
+        pytest.skip(reason)
 
 
 def unavailable(shaped: bool = False) -> str | None:

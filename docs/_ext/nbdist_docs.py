@@ -1,9 +1,9 @@
 """What the tests produced, shown in the docs when it is there.
 
 - The example notebooks (notebooks/*.ipynb) become docs/examples/*.ipynb at each build: as
-  tests/integration/test_notebooks.py executed them (test-artifacts/notebooks/) when that copy
-  exists and holds the committed notebook's cells, otherwise the committed notebook, unexecuted.
-  A note under the title says which, and why.
+  tests/integration/shipped/test_notebooks.py executed them (test-artifacts/notebooks/) when that
+  copy exists and holds the committed notebook's cells, otherwise the committed notebook,
+  unexecuted. A note under the title says which, and why.
 - The guide's table of contents is a glob (``*`` in guide/index.md: a page added to docs/guide/
   is in it without more), put in reading order: the pages named in ``nbdist_guide_order``
   first, in that order, then the others by name.
@@ -38,7 +38,7 @@ DOCS = Path(__file__).resolve().parents[1]
 ROOT = DOCS.parent
 ARTIFACTS = ROOT / "test-artifacts"
 NOTEBOOKS = ROOT / "notebooks"
-NOTEBOOK_TESTS = "tests/integration/test_notebooks.py"
+NOTEBOOK_TESTS = "tests/integration/shipped/test_notebooks.py"
 SHOTS = "_generated/screenshots"
 
 

@@ -1,6 +1,6 @@
 """A rank's output as it printed it: lines rewritten with \\r shown in place, in their final
-state, the lines after them apart (the kernel's half; tests/integration/test_output.py runs tqdm
-on real engines)."""
+state, the lines after them apart (the kernel's half; tests/integration/cells/test_output.py runs
+tqdm on real engines)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The shared-memory all-reduce's protocol on one segment (``nbdist.worker.collectives``), with
 each rank a thread of this process: sums in rank order over many rounds, ops, a rank that never
 comes, a rank that exited, an abort; and the segment's file. Across engines, and against gloo:
-``tests/integration/test_shared_memory.py``."""
+``tests/integration/training/test_shared_memory.py``."""
 
 from __future__ import annotations
 

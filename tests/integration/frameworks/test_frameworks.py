@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_gone
 
-SCRIPTS = Path(__file__).parents[1] / "frameworks"
+SCRIPTS = Path(__file__).parents[2] / "frameworks"
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 ALL_REDUCE_OF_ONES = (

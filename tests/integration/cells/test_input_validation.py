@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from test_remote import Sshd, _need_sshd, cluster_file
+from netns import Sshd, cluster_file, need_sshd
 
 import nbdist
 from nbdist import config
@@ -239,7 +239,7 @@ def test_what_is_accepted_is_normalised():
 
 # -- the remote Python's path is one word on the host's command line ----------------------------
 def test_a_remote_python_path_with_spaces_and_shell_characters_starts_engines(tmp_path):
-    _need_sshd()
+    need_sshd()
     sshd = Sshd(tmp_path / "sshd")
     try:
         folder = tmp_path / "my env $HOME;touch pwned"

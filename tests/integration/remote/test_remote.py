@@ -33,7 +33,7 @@ from nbdist.errors import NbdistError, UsageError
 from nbdist.notebook.cluster.engines.remote.engines import RemoteEngines
 from nbdist.notebook.cluster.engines.remote.launchers import launcher_options
 
-NOTEBOOK = Path(__file__).parents[2] / "notebooks" / "remote_hosts.ipynb"
+NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "remote_hosts.ipynb"
 
 _DDP = textwrap.dedent(
     """
@@ -61,14 +61,9 @@ _DDP = textwrap.dedent(
 )
 
 
-def _need_sshd() -> None:
-    if reason := netns.sshd_unavailable():
-        pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
-    _need_sshd()
+    netns.need_sshd()
     s = Sshd(tmp_path_factory.mktemp("sshd"))
     yield s
     s.stop()

@@ -280,7 +280,7 @@ def test_magic_scatter(cluster, capsys):
 
 
 def test_benchmark_smoke(cluster, capsys):
-    path = Path(__file__).parents[2] / "benchmarks" / "bench_scatter.py"
+    path = Path(__file__).parents[3] / "benchmarks" / "bench_scatter.py"
     spec = importlib.util.spec_from_file_location("bench_scatter", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -9,9 +9,9 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-NOTEBOOKS = Path(__file__).parents[2] / "notebooks"
+NOTEBOOKS = Path(__file__).parents[3] / "notebooks"
 #: the executed notebooks, kept for the docs site (docs/conf.py renders these when present)
-EXECUTED = Path(__file__).parents[2] / "test-artifacts" / "notebooks"
+EXECUTED = Path(__file__).parents[3] / "test-artifacts" / "notebooks"
 
 
 def _execute(name: str, tmp_path) -> list[str]:

@@ -80,7 +80,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 def guide_cluster_file() -> str:
     """The cluster file of the Slurm section of the remote hosts guide, as written there."""
-    text = (Path(__file__).parents[2] / "docs" / "guide" / "remote-hosts.md").read_text()
+    text = (Path(__file__).parents[3] / "docs" / "guide" / "remote-hosts.md").read_text()
     section = text[text.index("## Slurm") :]
     return section.split("```toml\n", 1)[1].split("```", 1)[0]
 

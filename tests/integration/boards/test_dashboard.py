@@ -265,7 +265,7 @@ def test_an_interrupted_run_is_kept_as_interrupted(ready):
 
 # -- a real browser ------------------------------------------------------------------------------
 CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = __import__("pathlib").Path(__file__).resolve().parents[2] / "test-artifacts"
+ARTIFACTS = __import__("pathlib").Path(__file__).resolve().parents[3] / "test-artifacts"
 SHOTS = ARTIFACTS / "screenshots"  # the docs site shows these (docs/conf.py)
 BROWSER_TRAIN = """%%distributed --total 300 --name browser --profile 20
 import math, time

@@ -1,7 +1,7 @@
 """A training script written for torchrun, with nothing nbdist-specific in it.
 
-Run it as ``torchrun --nproc-per-node 2 tests/torchrun_script.py``; the tests also run its text,
-unchanged, in a ``%%distributed`` cell and compare what it prints.
+Run it as ``torchrun --nproc-per-node 2 tests/integration/frameworks/torchrun_script.py``; the
+tests also run its text, unchanged, in a ``%%distributed`` cell and compare what it prints.
 """
 
 import os
