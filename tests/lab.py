@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from conftest import assert_gone, wait_until
+from paths import ARTIFACTS
+from processes import assert_gone, wait_until
 
 #: Seconds a lab has to answer /api/status after it starts.
 START_TIMEOUT = 90.0
@@ -47,7 +48,6 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 #: The front ends ``running_lab`` can serve: (module run, its application's config class).
 APPS = {"lab": ("jupyterlab", "LabApp"), "notebook": ("notebook", "JupyterNotebookApp")}
 

@@ -13,11 +13,11 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from conftest import data_dir_env
 from fuzzing import FUZZ, NASTY, py_values, text_values
 from hypothesis import given
 from hypothesis import strategies as st
 from lab import running_lab
+from paths import data_dir_env
 
 from nbdist.telemetry.store import RunStore
 

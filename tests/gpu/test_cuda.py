@@ -21,7 +21,9 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import assert_gone, shutdown_kernel, start_kernel, store_of, watched
+from clusters import store_of, watched
+from kernels import shutdown_kernel, start_kernel
+from processes import assert_gone
 
 import nbdist
 from nbdist.config import CellOptions, TelemetryConfig

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from paths import ROOT
 
 import nbdist
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 #: a test named by path and name, as the docs and the README cite them
 CITED = re.compile(r"(tests/[\w/]+\.py)::(\w+(?:::\w+)?)")

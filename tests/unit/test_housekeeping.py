@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from processes import wait_until
 
 import nbdist
 from nbdist.config import Retention

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
 from nbdist import protocol
 from nbdist.config import CellOptions
@@ -19,7 +20,7 @@ from nbdist.telemetry import events as ev
 from nbdist.telemetry import tables
 from nbdist.telemetry.store import RunStore
 
-API_TS = Path(__file__).resolve().parents[2] / "extension" / "src" / "api.ts"
+API_TS = ROOT / "extension" / "src" / "api.ts"
 
 
 # -- api.ts, read as a reader would -----------------------------------------------------------
@@ -192,7 +193,6 @@ def test_every_event_kind_nbdist_sends_is_declared():
     """An event kind used anywhere in nbdist (``event("sync", ...)``, ``on_event("restart", ...)``)
     is one of ``EVENT_KINDS``, the list the store and the sidebar document."""
     import ast
-    from pathlib import Path
 
     import nbdist
     from nbdist.telemetry.events import EVENT_KINDS

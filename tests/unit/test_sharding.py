@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import IMBALANCED, within_one_per_class
+from labels import IMBALANCED, within_one_per_class
 
 import nbdist
 from nbdist import wire

@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from conftest import wait_until
+from processes import wait_until
 
 from nbdist.errors import UsageError
 from nbdist.telemetry.database import default_path
@@ -313,7 +313,7 @@ def test_writer_keeps_the_order_of_appends_and_changes(tmp_path):
 
 def test_flush_soon_writes_at_once_what_waits(tmp_path):
     """A dead rank must reach the sidebar within a second: the monitor asks for a write now."""
-    from conftest import wait_until
+    from processes import wait_until
 
     s = RunStore(tmp_path / "runs.sqlite")
     w = StoreWriter(s, interval=60)  # left alone, nothing is written for a minute

@@ -14,7 +14,7 @@ import sqlite3
 import time
 
 import pytest
-from conftest import wait_until
+from processes import wait_until
 
 from nbdist.telemetry import rows
 from nbdist.telemetry.events import MetricRecord, RunEvent, WorkerHealth

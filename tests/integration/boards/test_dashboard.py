@@ -8,6 +8,7 @@ import re
 import time
 
 import pytest
+from paths import ARTIFACTS
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -265,7 +266,6 @@ def test_an_interrupted_run_is_kept_as_interrupted(ready):
 
 # -- a real browser ------------------------------------------------------------------------------
 CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = __import__("pathlib").Path(__file__).resolve().parents[3] / "test-artifacts"
 SHOTS = ARTIFACTS / "screenshots"  # the docs site shows these (docs/conf.py)
 BROWSER_TRAIN = """%%distributed --total 300 --name browser --profile 20
 import math, time

@@ -17,8 +17,8 @@ import sys
 
 import psutil
 import pytest
-from conftest import wait_until
 from lab import notebook
+from processes import wait_until
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 #: What a widget that failed to draw leaves behind, in any front end or exporter.

@@ -7,7 +7,8 @@ import signal
 
 import psutil
 import pytest
-from conftest import assert_gone, shutdown_kernel, start_kernel, wait_until
+from kernels import shutdown_kernel, start_kernel
+from processes import assert_gone, wait_until
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_gone, kill_when
+from processes import assert_gone, kill_when
 
 from nbdist.config import CellOptions
 from nbdist.errors import DistributedCellError, UsageError

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import assert_gone, kill_when
+from processes import assert_gone, kill_when
 
 from nbdist.config import CellOptions
 from nbdist.errors import DistributedCellError, UsageError

@@ -16,7 +16,8 @@ import sys
 
 import psutil
 import pytest
-from conftest import assert_gone, start_kernel, wait_until
+from kernels import start_kernel
+from processes import assert_gone, wait_until
 
 from nbdist.records import registry
 

@@ -12,7 +12,8 @@ import threading
 import time
 
 import psutil
-from conftest import assert_gone, shutdown_kernel, start_kernel, wait_until
+from kernels import shutdown_kernel, start_kernel
+from processes import assert_gone, wait_until
 
 import nbdist
 from nbdist.errors import UsageError

@@ -16,7 +16,7 @@ import time
 
 import psutil
 import pytest
-from conftest import assert_gone, wait_until
+from processes import assert_gone, wait_until
 
 from nbdist.launch import lifeline as _lifeline
 from nbdist.notebook.cluster.engines.processes import Pids, signal_own, tree

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import assert_gone
+from processes import assert_gone
 
 import nbdist
 

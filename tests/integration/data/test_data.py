@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import IMBALANCED, within_one_per_class
+from labels import IMBALANCED, within_one_per_class
+from paths import ROOT
 
 import nbdist
 from nbdist.config import CellOptions
@@ -280,7 +280,7 @@ def test_magic_scatter(cluster, capsys):
 
 
 def test_benchmark_smoke(cluster, capsys):
-    path = Path(__file__).parents[3] / "benchmarks" / "bench_scatter.py"
+    path = ROOT / "benchmarks" / "bench_scatter.py"
     spec = importlib.util.spec_from_file_location("bench_scatter", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

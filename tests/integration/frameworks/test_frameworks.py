@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_gone
+from paths import ROOT
+from processes import assert_gone
 
-SCRIPTS = Path(__file__).parents[2] / "frameworks"
+SCRIPTS = ROOT / "tests" / "frameworks"
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 ALL_REDUCE_OF_ONES = (

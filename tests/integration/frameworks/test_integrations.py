@@ -8,7 +8,7 @@ import math
 from types import SimpleNamespace
 
 import pytest
-from conftest import store_of, watched
+from clusters import store_of, watched
 
 from nbdist.config import CellOptions, TelemetryConfig
 from nbdist.errors import UsageError

@@ -11,7 +11,7 @@ import signal
 import textwrap
 
 import pytest
-from conftest import wait_until
+from processes import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_gone, wait_until
+from processes import assert_gone, wait_until
 
 import nbdist
 from nbdist.notebook.cluster.engines import logs

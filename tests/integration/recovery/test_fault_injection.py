@@ -17,7 +17,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import assert_gone, data_dir_env, shutdown_kernel, start_kernel, wait_until
+from kernels import shutdown_kernel, start_kernel
+from paths import data_dir_env
+from processes import assert_gone, wait_until
 
 from nbdist.telemetry.store import RunStore
 from nbdist.worker.checkpoint import files

@@ -8,7 +8,7 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import assert_gone, wait_until
+from processes import assert_gone, wait_until
 
 import nbdist
 from nbdist.config import CellOptions

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_gone, wait_until
+from processes import assert_gone, wait_until
 
 from nbdist.config import CellOptions
 from nbdist.errors import DistributedCellError, UsageError

@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 
-from conftest import assert_gone, wait_until
+from processes import assert_gone, wait_until
 from test_recovery import _steps
 
 from nbdist.config import CellOptions

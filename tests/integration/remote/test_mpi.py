@@ -16,7 +16,8 @@ import time
 
 import psutil
 import pytest
-from conftest import assert_gone, shutdown_kernel, start_kernel
+from kernels import shutdown_kernel, start_kernel
+from processes import assert_gone
 
 ALL_REDUCE = (
     "%%distributed --no-dashboard\nimport torch\nt = torch.ones(1) * (nbdist.rank() + 1)\n"

@@ -25,15 +25,17 @@ from pathlib import Path
 import netns
 import psutil
 import pytest
-from conftest import assert_gone, shutdown_kernel, start_kernel, wait_until
+from kernels import shutdown_kernel, start_kernel
 from netns import Sshd, cluster_file, free_port
+from paths import ROOT
+from processes import assert_gone, wait_until
 
 import nbdist
 from nbdist.errors import NbdistError, UsageError
 from nbdist.notebook.cluster.engines.remote.engines import RemoteEngines
 from nbdist.notebook.cluster.engines.remote.launchers import launcher_options
 
-NOTEBOOK = Path(__file__).parents[3] / "notebooks" / "remote_hosts.ipynb"
+NOTEBOOK = ROOT / "notebooks" / "remote_hosts.ipynb"
 
 _DDP = textwrap.dedent(
     """

@@ -13,8 +13,8 @@ import textwrap
 import netns
 import psutil
 import pytest
-from conftest import assert_gone
 from netns import cluster_file
+from processes import assert_gone
 
 import nbdist
 

@@ -18,11 +18,12 @@ import textwrap
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import slurm as private_slurm
-from conftest import assert_gone, shutdown_kernel, start_kernel, wait_until
+from kernels import shutdown_kernel, start_kernel
+from paths import ROOT
+from processes import assert_gone, wait_until
 
 import nbdist
 from nbdist.config import CellOptions
@@ -80,7 +81,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 def guide_cluster_file() -> str:
     """The cluster file of the Slurm section of the remote hosts guide, as written there."""
-    text = (Path(__file__).parents[3] / "docs" / "guide" / "remote-hosts.md").read_text()
+    text = (ROOT / "docs" / "guide" / "remote-hosts.md").read_text()
     section = text[text.index("## Slurm") :]
     return section.split("```toml\n", 1)[1].split("```", 1)[0]
 

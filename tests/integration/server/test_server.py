@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 import tornado.web
-from conftest import assert_gone
+from processes import assert_gone
 from tornado.httpclient import HTTPClientError
 
 from nbdist.records import registry

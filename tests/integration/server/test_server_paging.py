@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from conftest import watched
+from clusters import watched
 from test_server import fetch_error
 
 from nbdist.config import CellOptions, TelemetryConfig

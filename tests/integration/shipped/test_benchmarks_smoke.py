@@ -7,7 +7,8 @@ import sys
 
 import background
 import pytest
-from conftest import ROOT, assert_gone
+from paths import ROOT
+from processes import assert_gone
 
 from benchmarks import Result, table
 from benchmarks.__main__ import _as_result

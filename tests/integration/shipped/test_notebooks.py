@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from paths import ARTIFACTS, ROOT
 
-NOTEBOOKS = Path(__file__).parents[3] / "notebooks"
+NOTEBOOKS = ROOT / "notebooks"
 #: the executed notebooks, kept for the docs site (docs/conf.py renders these when present)
-EXECUTED = Path(__file__).parents[3] / "test-artifacts" / "notebooks"
+EXECUTED = ARTIFACTS / "notebooks"
 
 
 def _execute(name: str, tmp_path) -> list[str]:

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
 # The repository root, wherever under tests/ this file sits.
-ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # The one place the version is written; everything else reports it.
 VERSION = json.loads((ROOT / "extension" / "package.json").read_text())["version"]

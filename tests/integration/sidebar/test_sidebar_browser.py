@@ -25,8 +25,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import assert_gone, data_dir_env, shutdown_kernel, start_kernel, wait_until
+from kernels import shutdown_kernel, start_kernel
 from lab import ARTIFACTS, CHROMIUM, chromium_page, running_lab
+from paths import data_dir_env
+from processes import assert_gone, wait_until
 
 pytestmark = [
     pytest.mark.skipif(

@@ -20,8 +20,10 @@ import re
 import time
 
 import pytest
-from conftest import data_dir_env, shutdown_kernel, start_kernel, wait_until
+from kernels import shutdown_kernel, start_kernel
 from lab import chromium_page, running_lab
+from paths import data_dir_env
+from processes import wait_until
 
 # the browser, its flags and the screenshots are the sidebar test's; and its shadows of
 # pytest-jupyter's autouse fixtures (no in-process server here)

@@ -8,12 +8,11 @@ from __future__ import annotations
 import base64
 import json
 import os
-from pathlib import Path
 
 import pytest
+from paths import ARTIFACTS
 
 CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 SHOTS = ARTIFACTS / "screenshots"  # the docs site shows these (docs/conf.py)
 WIDGET = "application/vnd.jupyter.widget-view+json"
 LABELS = ["lr=0.1, width=32", "lr=0.1, width=64", "lr=0.01, width=32", "lr=0.01, width=64"]

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import assert_gone
+from processes import assert_gone
 
 from nbdist.errors import UsageError
 from nbdist.notebook.sweeps.trials import pull_trial, sweep
@@ -139,7 +139,7 @@ def test_an_engine_dead_before_the_sweep_leaves_its_trials_to_the_others(cluster
     import os
     import signal
 
-    from conftest import wait_until
+    from processes import wait_until
 
     victim = cluster.slots[1].pid
     os.kill(victim, signal.SIGKILL)

@@ -6,7 +6,8 @@ import dataclasses
 import time
 
 import pytest
-from conftest import board_of, store_of, wait_until, watched
+from clusters import board_of, store_of, watched
+from processes import wait_until
 
 import nbdist
 from nbdist.config import CellOptions, TelemetryConfig

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import shutdown_kernel, start_kernel
+from kernels import shutdown_kernel, start_kernel
 
 from nbdist.notebook.board import runs as board_runs
 from nbdist.notebook.trackers import live, sinks

@@ -19,7 +19,8 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import REGRESSION, assert_gone, cluster_with, watched
+from clusters import REGRESSION, cluster_with, watched
+from processes import assert_gone
 
 from nbdist.config import CellOptions
 from nbdist.telemetry.store import RunStore

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import REGRESSION, cluster_with, watched
+from clusters import REGRESSION, cluster_with, watched
 
 from nbdist.config import CellOptions
 from nbdist.telemetry.store import RunStore

@@ -5,7 +5,7 @@ bad combination is one line on every rank before any communication."""
 from __future__ import annotations
 
 import pytest
-from conftest import assert_gone
+from processes import assert_gone
 
 from nbdist.config import CellOptions
 from nbdist.errors import DistributedCellError

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import assert_gone, kill_when
+from processes import assert_gone, kill_when
 
 from nbdist.config import CellOptions
 from nbdist.errors import DistributedCellError, UsageError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_gone
+from processes import assert_gone
 from test_pipeline import MODEL as PIPELINE_MODEL
 from test_pipeline import (
     one_process_reference,

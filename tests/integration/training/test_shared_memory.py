@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import assert_gone
+from processes import assert_gone
 
 import nbdist
 from nbdist.errors import DistributedCellError

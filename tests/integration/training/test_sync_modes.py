@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import REGRESSION, assert_gone, kill_when, watched
+from clusters import REGRESSION, watched
+from processes import assert_gone, kill_when
 
 from nbdist.config import CellOptions
 from nbdist.telemetry.store import RunStore
