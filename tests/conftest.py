@@ -15,6 +15,7 @@ import subprocess
 import background
 import psutil
 import pytest
+from front_end import FrontEnd
 from kernels import shutdown_kernel, start_kernel
 from paths import ROOT, data_dir_env
 from processes import assert_gone, wait_until
@@ -33,13 +34,12 @@ def nbdist_data_dir(tmp_path_factory):
 @pytest.fixture
 def no_front_end(monkeypatch):
     """``IPython.display.display`` with no front end to show things: dashboards are built and
-    updated (their widgets too) and their display handles take the final picture."""
-
-    class _Handle:
-        def update(self, *args, **kwargs):
-            pass
-
-    monkeypatch.setattr("IPython.display.display", lambda *a, **k: _Handle())
+    updated (their widgets too) and their display handles take the final picture. The
+    ``front_end.FrontEnd`` it returns keeps what was shown (``shown``) and what its handle was
+    sent (``handle.updates``)."""
+    front = FrontEnd()
+    monkeypatch.setattr("IPython.display.display", front)
+    return front
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ from nbdist.worker import api
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.usefixtures("no_front_end"),  # dashboards are built and updated, shown nowhere
     pytest.mark.skipif(
         not torch.cuda.is_available(),
         reason="needs a CUDA GPU (torch.cuda.is_available() is False)",
@@ -90,12 +91,6 @@ def summary(model, losses, dtypes):
         wrapper=type(model).__name__, **dtypes,
     )
 """
-
-
-@pytest.fixture(autouse=True)
-def _no_display(monkeypatch):
-    """Dashboards are built and updated, but not displayed (no front end in this process)."""
-    monkeypatch.setattr(dashboard_mod.Dashboard, "show", lambda self, *args: None)
 
 
 @pytest.fixture(scope="class")

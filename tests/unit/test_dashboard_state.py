@@ -10,6 +10,7 @@ import re
 import time
 
 import pytest
+from front_end import Clock
 
 from nbdist.config import TelemetryConfig
 from nbdist.notebook.board.collector import Collector
@@ -19,35 +20,15 @@ from nbdist.telemetry.curves import Curve, Outbox, minmax
 from nbdist.telemetry.events import Batch, HealthSample, MeshCoords, MetricRecord, RunEvent
 
 
-class _Handle:
-    def __init__(self):
-        self.updates = []
-
-    def update(self, data, raw=False):
-        self.updates.append(data)
-
-
-class _Clock:
-    """The collector's clock: moved by the test, so what is due when does not depend on load."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
 @pytest.fixture
-def shown(monkeypatch):
+def shown(no_front_end):
     """A dashboard with its widget, whose messages to the browser are kept for inspection."""
-    handle = _Handle()
-    monkeypatch.setattr("IPython.display.display", lambda *a, **k: handle)
-    col = Collector([0, 1], TelemetryConfig(), total=None, clock=_Clock())
+    col = Collector([0, 1], TelemetryConfig(), total=None, clock=Clock(1000.0))
     board = Dashboard("run 1")
     board.show(col)
     sent = []
     board.widget.send = lambda content, buffers=None: sent.append(content)
-    return col, board, sent, handle
+    return col, board, sent, no_front_end.handle
 
 
 def _feed(col, rank, steps, t0=1000.0, loss=lambda s: 1.0 / (s + 1), extra=None):

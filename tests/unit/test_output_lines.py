@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 
+from front_end import Clock
+
 from nbdist.notebook.board.collector import arrived, shown
 from nbdist.notebook.run.output import LIVE_EVERY, RankOutput, StreamLines
 
@@ -42,14 +44,6 @@ def test_a_rewritten_line_ends_in_its_final_state_and_what_follows_stays_apart()
     assert lines.feed("", final=True) == [("no newline", False)]
 
 
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 class _Shown:
     """Displays made by RankOutput: each one's states, in order."""
 
@@ -63,7 +57,7 @@ class _Shown:
 
 
 def test_redraws_update_one_display_a_few_times_a_second():
-    clock, shows = _Clock(), _Shown()
+    clock, shows = Clock(), _Shown()
     out = {"stdout": io.StringIO(), "stderr": io.StringIO()}
     rank = RankOutput("[rank 1] ", out, shows, clock)
     rank.write("stdout", "start\n")

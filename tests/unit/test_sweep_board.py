@@ -9,44 +9,21 @@ import json
 import math
 
 import pytest
+from front_end import Clock
 
 from nbdist.notebook.sweeps.board import RATE, SweepBoard
 from nbdist.telemetry.series import MAX_METRICS
 
 
-class _Handle:
-    def __init__(self):
-        self.updates = []
-
-    def update(self, data, raw=False):
-        self.updates.append(data)
-
-
-class _Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-
 @pytest.fixture
-def shown(monkeypatch):
+def shown(no_front_end):
     """A board with its widget and a clock of its own; its messages to the browser are kept."""
-    handle = _Handle()
-    shown_bundles = []
-
-    def display(data, **kw):
-        shown_bundles.append((data, kw))
-        return handle
-
-    monkeypatch.setattr("IPython.display.display", display)
     board = SweepBoard("sweep <b>1</b>")
-    clock = board.clock = _Clock()
+    clock = board.clock = Clock(100.0)
     board.show()
     sent = []
     board.widget.send = lambda content, buffers=None: sent.append(content)
-    return board, clock, sent, handle, shown_bundles
+    return board, clock, sent, no_front_end.handle, no_front_end.shown
 
 
 def test_rows_are_the_table_by_trial_id():
