@@ -11,8 +11,12 @@ workspaces under ``base`` (with JupyterLab's news toast turned off, so it never 
 screenshot) and serves ``root``. On leaving, the lab is stopped and every process it started
 (kernels included) must be gone within 30 s, or the test fails.
 
+``serving(base, "name.ipynb", notebook(cells))`` is a lab serving one notebook, its kernels
+keeping their records apart; ``need_chromium()`` skips a test where the browser is absent.
+
 ``chromium_page(lab)`` opens it in Debian's Chromium (``CHROMIUM``) under Playwright; nothing
-downloads a browser of its own. Screenshots go to ``ARTIFACTS``.
+downloads a browser of its own. Screenshots go to ``SHOTS``, which the docs site shows
+(docs/conf.py).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from paths import ARTIFACTS
 from processes import assert_gone, wait_until
 
@@ -48,6 +53,7 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+SHOTS = ARTIFACTS / "screenshots"
 #: The front ends ``running_lab`` can serve: (module run, its application's config class).
 APPS = {"lab": ("jupyterlab", "LabApp"), "notebook": ("notebook", "JupyterNotebookApp")}
 
@@ -150,6 +156,23 @@ def running_lab(
         yield lab
     finally:
         _stop(proc)
+
+
+@contextmanager
+def serving(base: Path, name: str, nb: dict, app: str = "lab") -> Iterator[tuple[Lab, Path]]:
+    """``running_lab`` (``app``) serving the notebook ``nb`` as ``name`` in ``base / "root"``,
+    its kernels keeping their records in ``base / "data"``: yields the lab and that root."""
+    root = base / "root"
+    with running_lab(base, root, env={"NBDIST_DATA_DIR": str(base / "data")}, app=app) as lab:
+        (root / name).write_text(json.dumps(nb))
+        yield lab, root
+
+
+def need_chromium() -> None:
+    """Skip the calling test where Chromium or Python's Playwright is absent."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is absent: run scripts/install-system-deps.sh")
+    pytest.importorskip("playwright.sync_api")
 
 
 @contextmanager

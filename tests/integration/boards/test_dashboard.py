@@ -8,6 +8,7 @@ import re
 import time
 
 import pytest
+from lab import CHROMIUM, SHOTS, need_chromium, notebook, serving
 from paths import ARTIFACTS
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -47,11 +48,10 @@ def _value(kernel, expr: str):
 
 
 @pytest.fixture(scope="module")
-def ready(kernel):
-    kernel.ok("%nbdist start -n 2")
-    kernel.ok("from nbdist.notebook.run.observers import dashboard as _boards, watch as _runs")
-    yield kernel
-    kernel.ok("%nbdist stop")
+def ready(ready):
+    """The kernel with a cluster (integration/conftest.py), the boards' modules imported in it."""
+    ready.ok("from nbdist.notebook.run.observers import dashboard as _boards, watch as _runs")
+    return ready
 
 
 TRAIN = """%%distributed --total 40 --name demo
@@ -265,8 +265,6 @@ def test_an_interrupted_run_is_kept_as_interrupted(ready):
 
 
 # -- a real browser ------------------------------------------------------------------------------
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = ARTIFACTS / "screenshots"  # the docs site shows these (docs/conf.py)
 BROWSER_TRAIN = """%%distributed --total 300 --name browser --profile 20
 import math, time
 mesh = nbdist.mesh(dp=2)  # the two ranks as data-parallel replicas: the table's dp column
@@ -285,20 +283,10 @@ SPACER = "\n\n".join(f"Below the board, paragraph {i}." for i in range(120))
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A real ``jupyter lab`` on a free loopback port; its kernels keep records in a temp dir."""
-    import json
-    import os
-
-    from lab import notebook, running_lab
-
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is absent: run scripts/install-system-deps.sh")
-    pytest.importorskip("playwright.sync_api")
+    need_chromium()
     base = tmp_path_factory.mktemp("dash-lab")
-    root = base / "root"
     cells = ["%load_ext nbdist\n%nbdist start -n 2", BROWSER_TRAIN, "%nbdist stop"]
-    nb = notebook(cells, SPACER)
-    with running_lab(base, root, env={"NBDIST_DATA_DIR": str(base / "data")}) as lab:
-        (root / "dash.ipynb").write_text(json.dumps(nb))
+    with serving(base, "dash.ipynb", notebook(cells, SPACER)) as (lab, root):
         yield lab.url, lab.token, root
 
 

@@ -8,9 +8,9 @@ test-artifacts/screenshots/notebook7-*.png. (Headless runs: test_front_ends.py.)
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
+from lab import need_chromium, notebook, serving
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 TRAIN = """%%distributed --total 100 --name nb7
@@ -47,18 +47,10 @@ DONE = """i => { const p = document.querySelectorAll('.jp-Notebook .jp-Cell')[i]
 @pytest.fixture(scope="module")
 def notebook7(tmp_path_factory):
     """A real Jupyter Notebook 7 server serving the notebook; its kernel keeps records apart."""
-    from lab import CHROMIUM, notebook, running_lab
-
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is absent: run scripts/install-system-deps.sh")
-    pytest.importorskip("playwright.sync_api")
+    need_chromium()
     pytest.importorskip("notebook")
     base = tmp_path_factory.mktemp("nb7")
-    root = base / "root"
-    nb = notebook(CELLS)
-    env = {"NBDIST_DATA_DIR": str(base / "data")}
-    with running_lab(base, root, env=env, app="notebook") as server:
-        (root / "nb7.ipynb").write_text(json.dumps(nb))
+    with serving(base, "nb7.ipynb", notebook(CELLS), app="notebook") as (server, root):
         yield server, root
 
 

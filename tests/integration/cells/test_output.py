@@ -11,13 +11,6 @@ import pytest
 pytest.importorskip("tqdm")
 
 
-@pytest.fixture(scope="module")
-def ready(kernel):
-    kernel.ok("%nbdist start -n 2")
-    yield kernel
-    kernel.ok("%nbdist stop")
-
-
 TQDM = """%%distributed{flags}
 import time
 from tqdm.auto import tqdm

@@ -20,13 +20,6 @@ if nbdist.rank() == 1:
 """
 
 
-@pytest.fixture(scope="module")
-def ready(kernel):
-    kernel.ok("%nbdist start -n 2")
-    yield kernel
-    kernel.ok("%nbdist stop")
-
-
 def _interactive(kernel, code: str, answers: list[str], timeout: float = 120):
     """Run ``code``, answering each input request with the next answer ("q" once they run out);
     what the cell printed, the prompts it showed, and its error (None if none)."""

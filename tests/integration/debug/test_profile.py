@@ -26,11 +26,10 @@ for step, (x, y) in enumerate(data):
 
 
 @pytest.fixture(scope="module")
-def ready(kernel):
-    kernel.ok("%nbdist start -n 2")
-    kernel.ok("import nbdist")
-    yield kernel
-    kernel.ok("%nbdist stop")
+def ready(ready):
+    """The kernel with a cluster (integration/conftest.py), ``nbdist`` imported in it."""
+    ready.ok("import nbdist")
+    return ready
 
 
 def test_the_profile_names_the_rank_the_others_wait_for(ready):

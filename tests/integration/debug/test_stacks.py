@@ -10,13 +10,6 @@ import shutil
 import pytest
 
 
-@pytest.fixture(scope="module")
-def ready(kernel):
-    kernel.ok("%nbdist start -n 2")
-    yield kernel
-    kernel.ok("%nbdist stop")
-
-
 def test_a_timeout_shows_where_each_rank_was_folded(ready):
     res = ready.run(
         "%%distributed --timeout 3\n"

@@ -29,12 +29,6 @@ VERBS = ("get", "head", "post", "put", "patch", "delete", "options")
 
 
 @pytest.fixture
-def jp_server_config(data_dir):
-    # allow_unauthenticated_access stays at its default (True): only our decorators protect us.
-    return {"ServerApp": {"jpserver_extensions": {"nbdist": True}}}
-
-
-@pytest.fixture
 def store(data_dir):
     """A run store with two runs written through its writer API: one live, one finished."""
     s = RunStore()

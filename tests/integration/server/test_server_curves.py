@@ -21,11 +21,6 @@ from nbdist.telemetry.store import RunStore
 API = ("nbdist", "api")
 
 
-@pytest.fixture
-def jp_server_config(data_dir):
-    return {"ServerApp": {"jpserver_extensions": {"nbdist": True}}}
-
-
 def _rows(steps: range, ranks=(0, 1), t0: float = 0.0) -> list[dict]:
     """Loss falling over six decades, acc at every step, val_loss every 10 steps."""
     out = []

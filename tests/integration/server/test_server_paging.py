@@ -28,11 +28,6 @@ from nbdist.telemetry.store import RunStore
 API = ("nbdist", "api")
 
 
-@pytest.fixture
-def jp_server_config(data_dir):
-    return {"ServerApp": {"jpserver_extensions": {"nbdist": True}}}
-
-
 async def get(jp_fetch, *parts, **params) -> tuple[dict, int]:
     """The JSON of a GET, parsed strictly (NaN and Infinity are not JSON), and its size."""
     r = await jp_fetch(

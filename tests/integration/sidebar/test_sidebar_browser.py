@@ -14,7 +14,6 @@ Needs /usr/bin/chromium (``scripts/install-system-deps.sh`` installs it).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -26,8 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 from kernels import shutdown_kernel, start_kernel
-from lab import ARTIFACTS, CHROMIUM, chromium_page, running_lab
-from paths import data_dir_env
+from lab import ARTIFACTS, CHROMIUM, SHOTS, chromium_page
 from processes import assert_gone, wait_until
 
 pytestmark = [
@@ -56,40 +54,15 @@ while time.time() < t_end:
 """
 
 
-@pytest.fixture
-def jp_asyncio_loop():
-    """Shadows pytest-jupyter's autouse fixture (loaded by test_server.py), which would take
-    Playwright's running loop for its own and close it: here it gets a loop of its own."""
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-@pytest.fixture
-def jp_server_cleanup():
-    """Shadows pytest-jupyter's autouse cleanup: no in-process server here (the lab runs in a
-    process of its own), and Playwright's loop runs on this thread."""
-    yield
-
-
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """This module's nbdist data directory: the lab's, and that of the kernel the test starts."""
-    with data_dir_env(tmp_path_factory.mktemp("nbdist-data")) as path:
-        yield path
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory, data):
-    """A real ``jupyter lab`` (tests/lab.py) sharing ``data``; a cluster a failed test left
-    running is stopped before the lab is."""
-    base = tmp_path_factory.mktemp("lab")
-    with running_lab(base, base / "root") as lab:
-        try:
-            yield lab
-        finally:
-            for rec in _records(data):
-                _kill(rec["pid"])
+def lab(lab, data):
+    """The folder's lab (conftest.py); a cluster a failed test left running is stopped before
+    the lab is."""
+    try:
+        yield lab
+    finally:
+        for rec in _records(data):
+            _kill(rec["pid"])
 
 
 def _records(data: Path) -> list[dict]:
@@ -110,10 +83,6 @@ def _kill(pid: int) -> None:
 def page(lab):
     with chromium_page(lab) as pg:
         yield pg
-
-
-#: the screenshots, which the docs site shows (docs/conf.py)
-SHOTS = ARTIFACTS / "screenshots"
 
 
 def shot(page, name: str, dark_too: bool = False) -> None:

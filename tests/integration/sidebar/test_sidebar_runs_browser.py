@@ -21,20 +21,12 @@ import time
 
 import pytest
 from kernels import shutdown_kernel, start_kernel
-from lab import chromium_page, running_lab
-from paths import data_dir_env
+from lab import chromium_page
 from processes import wait_until
 
-# the browser, its flags and the screenshots are the sidebar test's; and its shadows of
-# pytest-jupyter's autouse fixtures (no in-process server here)
-from test_sidebar_browser import (  # noqa: F401
-    jp_asyncio_loop,
-    jp_server_cleanup,
-    pytestmark,
-    set_theme,
-    shot,
-    sidebar,
-)
+# the browser, its flags and the screenshots are the sidebar test's (the lab, its data folder
+# and the shadows of pytest-jupyter's autouse fixtures: conftest.py)
+from test_sidebar_browser import pytestmark, set_theme, shot, sidebar  # noqa: F401
 
 STEPS = 300
 CELL = """\
@@ -54,19 +46,6 @@ if nbdist.rank() == 1:
     {}['b']
 time.sleep(60)  # rank 0 waits: the failure stops it
 """
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    with data_dir_env(tmp_path_factory.mktemp("nbdist-data")) as path:
-        yield path
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory, data):
-    base = tmp_path_factory.mktemp("lab")
-    with running_lab(base, base / "root") as lab:
-        yield lab
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 
 import pytest
+from lab import CHROMIUM, SHOTS, need_chromium, notebook, serving
 from paths import ARTIFACTS
 
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = ARTIFACTS / "screenshots"  # the docs site shows these (docs/conf.py)
 WIDGET = "application/vnd.jupyter.widget-view+json"
 LABELS = ["lr=0.1, width=32", "lr=0.1, width=64", "lr=0.01, width=32", "lr=0.01, width=64"]
 ERROR = "RuntimeError: CUDA out of memory <b>not bold</b>"
@@ -65,16 +63,9 @@ board.finish("ok")
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A real ``jupyter lab`` serving a notebook: a cell shows the board, the next feeds it."""
-    from lab import notebook, running_lab
-
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is absent: run scripts/install-system-deps.sh")
-    pytest.importorskip("playwright.sync_api")
+    need_chromium()
     base = tmp_path_factory.mktemp("sweep-lab")
-    root = base / "root"
-    nb = notebook([SHOW, FEED])
-    with running_lab(base, root, env={"NBDIST_DATA_DIR": str(base / "data")}) as lab:
-        (root / "sweep.ipynb").write_text(json.dumps(nb))
+    with serving(base, "sweep.ipynb", notebook([SHOW, FEED])) as (lab, root):
         yield lab, root
 
 
