@@ -1,9 +1,12 @@
 """Real clusters for the tests, and what watches their runs: ``cluster_with(n, source)`` (a
 cluster of ``n`` engines with ``source`` run on every rank, stopped and checked gone after),
-``REGRESSION`` (a small task for tests of how ranks sync), and ``watched`` (the watch
-``%%distributed`` gives a cell) with its board and its run store."""
+``REGRESSION`` (a small task for tests of how ranks sync), ``logged_steps`` (the steps a cell
+wrote to its log), and ``watched`` (the watch ``%%distributed`` gives a cell) with its board and
+its run store."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from processes import assert_gone
 
@@ -39,6 +42,11 @@ def cluster_with(n: int, source: str | None = None):
     finally:  # also when the generator is closed early (a test that failed)
         c.stop()
         assert_gone(pids)
+
+
+def logged_steps(log: Path) -> list[int]:
+    """The steps a training cell wrote to the file ``log``, one a line (none if it wrote none)."""
+    return [int(s) for s in log.read_text().split()] if log.exists() else []
 
 
 def watched(cluster, source: str, opts=None, **kw):

@@ -10,15 +10,14 @@ a JupyterLab, hosts and a Slurm for the tests that need them.
 
 from __future__ import annotations
 
-import subprocess
-
 import background
 import psutil
 import pytest
+from clusters import cluster_with
 from front_end import FrontEnd
 from kernels import shutdown_kernel, start_kernel
 from paths import ROOT, data_dir_env
-from processes import assert_gone, wait_until
+from processes import wait_until
 
 #: Jupyter server fixtures (jp_fetch, jp_serverapp) for the server and sidebar tests.
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
@@ -100,13 +99,7 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture(scope="module")
 def cluster():
     """A real 2-engine nbdist cluster (Python API), stopped after the module's tests."""
-    import nbdist
-
-    c = nbdist.start(n=2)
-    pids = [p.pid for p in c.engines.processes()]
-    yield c
-    c.stop()
-    assert_gone(pids)
+    yield from cluster_with(2)
 
 
 @pytest.fixture(scope="module")
@@ -115,22 +108,3 @@ def kernel():
     k = start_kernel()
     yield k
     shutdown_kernel(k)
-
-
-@pytest.fixture
-def full_disk(tmp_path):
-    """A 64 KiB tmpfs (root only), unmounted afterwards."""
-    where = tmp_path / "small"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        if subprocess.run(["umount", str(where)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(where)], check=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from clusters import logged_steps as _steps
 from processes import assert_gone, kill_when
 
 from nbdist.config import CellOptions
@@ -48,10 +49,6 @@ for step in nbdist.steps({STEPS}, every={EVERY}, dir=DIR, model=model, opt=opt, 
             f.write(f"{{step}}\\n")
 [p.detach().clone() for p in model.parameters()]
 """
-
-
-def _steps(log: Path) -> list[int]:
-    return [int(s) for s in log.read_text().split()] if log.exists() else []
 
 
 def _setup(cluster, folder: Path, kill: Path | None = None) -> Path:

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from clusters import cluster_with
 from processes import assert_gone, kill_when
 
 from nbdist.config import CellOptions
@@ -93,14 +94,7 @@ start = nbdist.restore(dir=DIR, run=RUN, model=model, opt=opt)
 @pytest.fixture(scope="module")
 def cluster4(tmp_path_factory):
     """A real 4-engine nbdist cluster, stopped after the module's tests."""
-    import nbdist
-
-    c = nbdist.start(n=4)
-    pids = [p.pid for p in c.engines.processes()]
-    c.run(MODEL + f"DIR = {str(tmp_path_factory.mktemp('ck'))!r}")
-    yield c
-    c.stop()
-    assert_gone(pids)
+    yield from cluster_with(4, MODEL + f"DIR = {str(tmp_path_factory.mktemp('ck'))!r}")
 
 
 def _dir(cluster) -> Path:

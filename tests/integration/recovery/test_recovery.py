@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from pathlib import Path
 
 import pytest
 import torch
+from clusters import logged_steps as _steps
 from processes import assert_gone, wait_until
 
 from nbdist.config import CellOptions
@@ -51,10 +51,6 @@ def reference(cluster, tmp_path_factory):
 
 def _same(a, b) -> bool:
     return all(torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b, strict=True))
-
-
-def _steps(log: Path) -> list[int]:
-    return [int(s) for s in log.read_text().split()] if log.exists() else []
 
 
 def _run_with_fault(cluster, tmp_path, fault, restarts=2, at_step=12):

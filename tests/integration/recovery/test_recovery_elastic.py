@@ -9,8 +9,8 @@ import os
 import signal
 import threading
 
+from clusters import logged_steps as _steps
 from processes import assert_gone, wait_until
-from test_recovery import _steps
 
 from nbdist.config import CellOptions
 

@@ -5,7 +5,7 @@ bad combination is one line on every rank before any communication."""
 from __future__ import annotations
 
 import pytest
-from processes import assert_gone
+from clusters import cluster_with
 
 from nbdist.config import CellOptions
 from nbdist.errors import DistributedCellError
@@ -87,14 +87,7 @@ worst(pipe.stage)
 @pytest.fixture(scope="module")
 def cluster8():
     """A real 8-engine cluster, stopped after the module's tests."""
-    import nbdist
-
-    c = nbdist.start(n=8)
-    pids = [p.pid for p in c.engines.processes()]
-    c.run(MODEL)
-    yield c
-    c.stop()
-    assert_gone(pids)
+    yield from cluster_with(8, MODEL)
 
 
 def _trains_as_one_process(every: list, shape: str, whole_on_each: bool = False) -> None:

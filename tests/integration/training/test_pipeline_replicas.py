@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from processes import assert_gone
+from clusters import cluster_with
 from test_pipeline import MODEL as PIPELINE_MODEL
 from test_pipeline import (
     one_process_reference,
@@ -39,14 +39,7 @@ every
 @pytest.fixture(scope="module")
 def cluster4():
     """A real 4-engine nbdist cluster, stopped after the module's tests."""
-    import nbdist
-
-    c = nbdist.start(n=4)
-    pids = [p.pid for p in c.engines.processes()]
-    c.run(MODEL)
-    yield c
-    c.stop()
-    assert_gone(pids)
+    yield from cluster_with(4, MODEL)
 
 
 def _check(every, layout, want) -> None:
