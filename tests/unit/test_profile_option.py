@@ -34,3 +34,10 @@ def test_a_bad_number_of_steps_is_one_line(value):
 
 def test_the_magic_hands_the_option_over():
     assert _cell_options(_parse(_distributed_parser(), "--profile 3")).profile == 3
+
+
+def test_an_option_is_a_word_of_the_line_because_config_declares_it():
+    """``--refresh`` is declared once, in ``config.CellOptions``: the magic's parser has it."""
+    opts = _cell_options(_parse(_distributed_parser(), "--refresh 2 --name r"))
+    assert (opts.refresh, opts.name) == (2.0, "r")
+    assert _cell_options(_parse(_distributed_parser(), "")).refresh == 0.5

@@ -84,6 +84,36 @@ def test_a_cell_nobody_watches_sends_nothing_and_one_watched_briefly_sends_one_b
     assert all(st.health is not None for st in mon.collector.ranks.values())
 
 
+def test_refresh_sets_the_ranks_and_the_boards_pace(cluster):
+    """``--refresh SECONDS``, declared once (config.CellOptions), reaches the engines (a batch
+    per period, not per half second) and the board (its redraws at that pace); the ranks keep
+    reading ok, not silent, between their batches."""
+    src = (
+        "import time\nfor i in range(40):\n    nbdist.report(step=i, loss=1.0)\n"
+        "    time.sleep(0.1)\n"
+    )
+    sent = {}
+    for refresh in (0.5, 2.0):
+        before = cluster.run(_BATCHES)
+        mon, opts = _monitor(cluster, src, refresh=refresh)
+        cluster.run(src, opts, watch=mon)
+        sent[refresh] = cluster.run(_BATCHES) - before
+        assert mon.collector.records == 80
+        assert not [e for e in mon.events if e.kind == "silent"]
+        updates = board_of(mon).dashboard.updates
+        assert updates <= 4 / refresh + 3, (refresh, updates)  # a 4 s cell: its pace, and the end
+    assert sent[0.5] >= 6 and sent[2.0] <= 3, sent
+
+
+def test_a_bad_refresh_is_one_line():
+    with pytest.raises(UsageError, match=r"--refresh must be a number of seconds >= 0.1"):
+        CellOptions(refresh=0)
+    with pytest.raises(UsageError, match=r"--refresh must be at most 60 s"):
+        CellOptions(refresh=90)
+    with pytest.raises(UsageError, match=r"--progress-timeout must be a number of seconds >= 40"):
+        CellOptions(refresh=10, progress_timeout=30)
+
+
 def test_bad_report_arguments_fail_the_cell_with_one_line(cluster):
     with pytest.raises(DistributedCellError, match=r"step must be a whole number, not 'x'"):
         cluster.run("nbdist.report(step='x', loss=1.0)")
