@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from nbdist.config import CellOptions, TelemetryConfig
-from nbdist.notebook.board.collector import Collector, RankState, classify, ending
+from nbdist.notebook.board.collector import Collector
+from nbdist.notebook.board.health import RankState, classify, ending
 from nbdist.notebook.run.observers.assembly import assemble
 from nbdist.notebook.run.observers.base import Phase
 from nbdist.notebook.run.observers.dashboard import Board

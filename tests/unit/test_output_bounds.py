@@ -8,7 +8,8 @@ import sys
 from collections import deque
 from types import SimpleNamespace
 
-from nbdist.notebook.board.collector import LOG_LINE, Collector
+from nbdist.notebook.board.collector import Collector
+from nbdist.notebook.board.lines import LOG_LINE
 from nbdist.notebook.run import output
 from nbdist.notebook.run.output import RankOutput, StreamLines
 from nbdist.worker.values import MAX_REPR_CHARS, portable

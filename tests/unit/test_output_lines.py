@@ -8,7 +8,7 @@ import io
 
 from front_end import Clock
 
-from nbdist.notebook.board.collector import arrived, shown
+from nbdist.notebook.board.lines import arrived, shown
 from nbdist.notebook.run.output import LIVE_EVERY, RankOutput, StreamLines
 
 

@@ -6,9 +6,8 @@ there; popping means nothing is read twice and nothing is overwritten), folds th
 ``RankState`` per rank, and reads the tail of each rank's output. Work per poll is proportional
 to what arrived, so 64 ranks reporting 20 times a second cost the kernel little.
 
-``classify`` is the health verdict, a pure function: ok, slow (a straggler), silent while the
-cell runs; then done, failed (its own code raised), stopped (by a peer's failure, an interrupt,
-a timeout) or dead. Every metric the ranks report is folded into ``series`` (per rank and their
+Each rank's state is judged by ``health.classify`` (a pure function), its output read as lines
+by ``lines``. Every metric the ranks report is folded into ``series`` (per rank and their
 mean, bounded). The records are ``telemetry.events``'s: ``Batch`` in; what was folded and nobody
 has been told yet (``News``: ``MetricRecord``s, ``RunEvent``s, settled means) out, taken by the
 run's watch (``run.observers.watch``) with ``take_news``. The collector calls nobody.
@@ -17,8 +16,6 @@ run's watch (``run.observers.watch``) with ``take_news``. The collector calls no
 from __future__ import annotations
 
 import math
-import os
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -26,15 +23,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ...config import TelemetryConfig
-from ...errors import RankFailure
-from ...protocol import CellOutcome, ProfileResult
+from ...protocol import CellOutcome
 from ...telemetry import events as ev
-from ...telemetry.events import Batch, HealthSample, MetricRecord, RunEvent
+from ...telemetry.events import Batch, MetricRecord, RunEvent
 from ...telemetry.series import RunSeries, metric_values
+from .health import RankState, classify, ending, why
+from .lines import LOG_LINE, last_lines
 
 _MAX_POINTS = 2000  # points kept per curve (min/max decimated: see telemetry/curves.py)
-LOG_LINE = 500  # characters of a rank's output line shown on the board
-LOG_SCAN = 1_000_000  # characters from the end of a rank's output looked at for its last lines
 _RATE_WINDOW = 5.0  # seconds of records behind samples/s and the ETA
 
 
@@ -58,87 +54,6 @@ class News:
 
     def __bool__(self) -> bool:
         return bool(self.records or self.events or self.means)
-
-
-@dataclass
-class RankState:
-    """What the notebook knows about one rank during a run."""
-
-    rank: int
-    host: str = ""
-    pid: int | None = None
-    step: int | None = None
-    loss: float | None = None
-    samples: float = 0.0  # samples reported so far
-    reports: int = 0
-    last_record: float | None = None  # engine time of the latest metric record
-    last_seen: float | None = None  # notebook time of the latest batch (the heartbeat)
-    step_time: float | None = None  # smoothed seconds per step
-    health: HealthSample | None = None  # the latest sample
-    state: str = ev.OK
-    outcome: str | None = None  # None while running; then done | failed | stopped | dead
-    error: str | None = None  # a failed rank's error, one line
-    profile: ProfileResult | None = None  # what torch.profiler saw, for a cell under --profile
-    nonfinite: str | None = None  # "nan" / "inf" once a non-finite loss was seen
-    progress: deque = field(default_factory=lambda: deque(maxlen=64))  # (engine time, step)
-    log: deque = field(default_factory=lambda: deque(maxlen=5))
-    _seen: tuple = (0, "")  # the rank's stdout as last read: its length and its end
-    _last_step_at: tuple | None = None  # (engine time, step) of the previous record
-
-
-def arrived(seen: str, now: str) -> str:
-    """What a rank wrote since ``seen``, given the text ipyparallel's client keeps of its stream
-    ``now``. The client rewrites that text when a ``\r`` arrives (it keeps what follows the
-    last one on a line), so it may shrink: a rewritten line comes back as a redraw, ``\r`` and
-    the line as it now reads, after the lines already read."""
-    if now.startswith(seen):
-        return now[len(seen) :]
-    start = seen.rfind("\n", 0, len(os.path.commonprefix([seen, now]))) + 1
-    tail = now[start:]
-    for _ in range(seen.count("\n", start)):  # lines read before, rewritten since: skipped
-        cut = tail.find("\n")
-        if cut < 0:
-            return ""
-        tail = tail[cut + 1 :]
-    return "\r" + tail if tail else ""
-
-
-def classify(
-    ranks: dict[int, RankState], now: float, started: float, cfg: TelemetryConfig
-) -> dict[int, str]:
-    """Each rank's state: how it ended (``RankState.outcome``), or while it runs silent (no
-    news), slow (a straggler) or ok.
-
-    Silent: no batch at all for ``silent_after`` s (the engine is stuck or unreachable); or,
-    while other ranks report, no report of its own for ``max(silent_after, 10 x median step)``.
-    Slow: a smoothed step time above ``slow_factor`` times the median of the running ranks.
-    """
-    running = [r for r in ranks.values() if r.outcome is None]
-    times = [r.step_time for r in running if r.step_time]
-    median = statistics.median(times) if len(times) >= 2 else None
-    reporting = any(r.reports for r in ranks.values())
-    quiet_limit = max(cfg.silent_after, 10 * median) if median else cfg.silent_after
-    out = {}
-    for r in ranks.values():
-        if r.outcome is not None:
-            out[r.rank] = r.outcome
-        elif now - (r.last_seen or started) > cfg.silent_after:
-            out[r.rank] = ev.SILENT
-        elif reporting and quiet_for(r, now, started) > quiet_limit:
-            out[r.rank] = ev.SILENT
-        elif median and r.step_time and r.step_time > cfg.slow_factor * median:
-            out[r.rank] = ev.SLOW
-        else:
-            out[r.rank] = ev.OK
-    return out
-
-
-def quiet_for(r: RankState, now: float, started: float) -> float:
-    """Seconds since this rank's last report, measured on its own clock when possible."""
-    h = r.health
-    if r.last_record is not None and h is not None and h.time:
-        return max(0.0, h.time - r.last_record) + (now - (r.last_seen or now))
-    return now - started if r.last_record is None else 0.0
 
 
 class Collector:
@@ -276,7 +191,7 @@ class Collector:
                     self._event("failed", r, st.error or "its cell raised", {})
                 elif state not in (ev.DONE, ev.STOPPED):  # said by the run's own end
                     kind = "died" if state == ev.DEAD else state
-                    self._event(kind, r, _why(st, state, now), {})
+                    self._event(kind, r, why(st, state, now), {})
 
     # -- derived figures --------------------------------------------------------------------
     def done(self) -> int | None:
@@ -337,56 +252,3 @@ class Collector:
         if loss is not None:
             out["loss"] = loss
         return out
-
-
-def ending(rank: int, out: CellOutcome) -> tuple[str, str | None]:
-    """How a rank's cell ended, as its final state and (when it failed by itself) its error:
-    a rank that stopped because a peer failed, or was interrupted, is stopped, not failed."""
-    if out.ok:
-        return ev.DONE, None
-    if out.kind in ("died", "hung"):
-        return ev.DEAD, out.summary or None
-    if out.kind in ("interrupted", "timeout") or RankFailure(rank, out.summary).bystander:
-        return ev.STOPPED, None
-    return ev.FAILED, out.summary or None
-
-
-def last_lines(text: str, n: int, limit: int, scan: int = LOG_SCAN) -> list[str]:
-    """The last ``n`` complete lines of ``text`` as they show (``shown``), each clipped to
-    about ``limit`` characters; found from the end, looking back at most ``scan`` characters
-    (a line begun before that shows its end), and copying only what is kept."""
-    out: list[str] = []
-    end = text.rfind("\n")
-    floor = max(0, end - scan)
-    while end >= 0 and len(out) < n:
-        i = text.rfind("\n", floor, end)
-        start = i + 1 if i >= 0 else floor
-        if end - start > limit:
-            half = limit // 2
-            cut = f" … ({end - start - 2 * half:,} characters left out) … "
-            line = text[start : start + half] + cut + text[end - half : end]
-        else:
-            line = text[start:end]
-        out.append(shown(line))
-        if i < 0:  # the text's first line, or as far back as we look
-            break
-        end = i
-    return out[::-1]
-
-
-def shown(line: str) -> str:
-    """What shows of a line rewritten with carriage returns: its last non-empty stretch."""
-    parts = [p for p in line.split("\r") if p]
-    return parts[-1] if parts else ""
-
-
-def _why(st: RankState, state: str, now: float) -> str:
-    if state == ev.DEAD:
-        return "its engine is gone"
-    if state == ev.SILENT:
-        if st.last_seen is None or now - st.last_seen > 3:
-            return "no heartbeat"
-        return "no report() lately"
-    if state == ev.SLOW and st.step_time:
-        return f"step time {st.step_time * 1000:.0f} ms, well above the others'"
-    return state

@@ -32,7 +32,8 @@ from ...telemetry.events import MESH_DIMENSIONS, RunEvent
 from ...telemetry.format import fmt, fmt_duration
 from ...telemetry.series import RunSeries
 from . import picture
-from .collector import Collector, RankState
+from .collector import Collector
+from .health import RankState
 
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
 # points of a metric in a history (its mean's, and shared among its ranks' curves): the loss

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ...config import CellOptions
-from ..board.collector import shown
+from ..board.lines import shown
 
 LIVE_EVERY = 0.25  # seconds between updates of a line rewritten in place
 LINE_LIMIT = 10_000  # characters of one line shown: its start and end, the middle counted

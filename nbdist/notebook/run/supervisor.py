@@ -21,7 +21,7 @@ from ...config import CellOptions
 from ...errors import RankFailure
 from ...protocol import CellOutcome, CellRequest, Program, RankInfo, TrialInfo
 from ...worker import api
-from ..board.collector import arrived
+from ..board.lines import arrived
 from ..cluster import fanout
 from ..cluster.ranks import Ranks
 from ..cluster.transfer import unpack

@@ -7,7 +7,7 @@ import gc
 from collections import deque
 
 from nbdist.config import CellOptions
-from nbdist.notebook.board.collector import LOG_LINE
+from nbdist.notebook.board.lines import LOG_LINE
 from nbdist.notebook.run import programs
 from nbdist.notebook.run.observers import watch
 

@@ -26,7 +26,8 @@ from ....config import TelemetryConfig
 from ....errors import RankFailure
 from ....telemetry import events as ev
 from ....telemetry.events import RunEvent
-from ...board.collector import Collector, RankFeed, quiet_for
+from ...board.collector import Collector, RankFeed
+from ...board.health import quiet_for
 from ...debug import profile
 from .base import Observer, Phase, RunEnd, RunInfo, Stop, Tick
 
