@@ -194,6 +194,7 @@ class CellRequest:
     group_timeout: float = 300.0
     trial: TrialInfo | None = None  # a sweep's trial: its group is ``group``, of its own ranks
     telemetry: bool = True  # send report()'s records and health: the kernel watches the run
+    rebind: bool = False  # every rank of the world runs it: bind earlier objects to its group
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ class CellOutcome:
     pipeline: PipelineRole | None = None  # the rank's stage in its latest nbdist.pipeline
     mesh: MeshCoords | None = None  # the rank's coordinates in its latest nbdist.mesh
     profile: ProfileResult | None = None  # what torch.profiler saw, when the cell asked
+    collectives: int = 0  # collectives it entered in the cell, as counted (collectives.counting)
     printed: bool = True  # it wrote or displayed something (else no output can trail the reply)
 
     @property
@@ -325,6 +327,8 @@ class RankStacks:
     rank: int
     threads: tuple[ThreadStack, ...]
     how: str = "faulthandler"
+    collectives: int = -1  # collectives it entered in the running cell (-1: not known)
+    in_collective: str = ""  # the one it is in now ("" when none)
 
 
 @dataclass(frozen=True)

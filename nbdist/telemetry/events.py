@@ -146,6 +146,8 @@ class HealthSample:
     pipeline: PipelineRole | None = None  # the rank's stage, when its latest pipeline stepped
     idle_share: float | None = None  # fraction of its last pipeline step the stage waited
     mesh: MeshCoords | None = None  # the rank's coordinates in its latest nbdist.mesh
+    collectives: int = 0  # collectives entered in this cell (worker.collectives.counting)
+    in_collective: str = ""  # the one it is in now ("" when none)
 
 
 @dataclass(frozen=True)

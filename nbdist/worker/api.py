@@ -33,7 +33,9 @@ from . import state
 
 
 # -- an engine's life ----------------------------------------------------------------------------
-def setup(threads: int, pin_cores: bool = True, shared_memory: bool = True) -> Inventory:
+def setup(
+    threads: int, pin_cores: bool = True, shared_memory: bool = True, cluster_id: str = ""
+) -> Inventory:
     """First contact with a fresh engine: give it ``threads`` intra-op threads (pinned to its
     share of the host's cores at each group formation, with ``pin_cores``), load torch, make
     ``nbdist`` a name in its namespace, and describe it (host, pid, GPUs, versions).
@@ -50,6 +52,7 @@ def setup(threads: int, pin_cores: bool = True, shared_memory: bool = True) -> I
 
     torch.set_num_threads(threads)
     state.engine.pin_cores = pin_cores
+    state.engine.cluster_id = cluster_id  # where this rank's state is kept for a replacement
     host.tune_heap()  # a step reuses the memory the last one freed, as no torchrun worker does
     script.not_interactive()  # frameworks must see a script's process, not a REPL
     script.end_on_term()  # a SIGTERM ends the engine at once, not after the cell
@@ -119,6 +122,22 @@ def form(info: RankInfo, timeout: float) -> float:
     from . import rendezvous
 
     return rendezvous.form(info, timeout)
+
+
+def leave_group() -> None:
+    """Leave the process group now, between cells: peers still waiting in a collective this
+    rank will never join fail at once (``rendezvous.abort``)."""
+    from . import rendezvous
+
+    rendezvous.abort()
+
+
+def bring_back() -> list[str]:
+    """Take over this rank's state as its lost engine kept it (a fresh engine, on the same
+    host); the lines to show; a KeyError when it kept none here (``continuity.snapshot``)."""
+    from .continuity import snapshot
+
+    return snapshot.bring_back(state.engine.rank_info.rank)
 
 
 # -- cells and values ----------------------------------------------------------------------------

@@ -15,18 +15,14 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
 from datetime import timedelta
-from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
 from ..protocol import RankInfo
-from . import context, host
+from . import context, groups, host
 from .state import engine
-
-T = TypeVar("T")
 
 
 def serve_store(addr: str, own: bool = False) -> int:
@@ -199,13 +195,13 @@ def _hold(groups: list, fds: set[int]) -> None:
 def _release_unheld() -> None:
     """Free the aborted groups nothing else holds any more, then their placeholders."""
     keep = []
-    for i, (groups, held) in enumerate(engine.held_groups):
+    for i, (aborted, held) in enumerate(engine.held_groups):
         # 3 references: the list, the loop's name, getrefcount's argument
-        pinned = any(sys.getrefcount(g) > 3 for g in groups)
+        pinned = any(sys.getrefcount(g) > 3 for g in aborted)
         if pinned and len(engine.held_groups) - i <= _MAX_HELD:
-            keep.append((groups, held))
+            keep.append((aborted, held))
             continue
-        groups.clear()  # the last reference: gloo closes its numbers again, now
+        aborted.clear()  # the last reference: gloo closes its numbers again, now
         for fd, inode in held:
             if _inode(fd) == inode:  # still our placeholder
                 os.close(fd)
@@ -224,16 +220,6 @@ def _inode(fd: int) -> tuple | None:
 _original_init = dist.init_process_group
 
 
-def _tcp() -> set:
-    import psutil
-
-    return {
-        (c.fd, tuple(c.laddr), tuple(c.raddr))
-        for c in psutil.Process().net_connections(kind="tcp")
-        if c.fd >= 0 and c.raddr
-    }
-
-
 def _shut_group_sockets() -> None:
     """Shut the group's connections down, so peers blocked on us fail at once.
 
@@ -241,7 +227,7 @@ def _shut_group_sockets() -> None:
     and a DDP model does: without this, a peer waiting in an all-reduce would wait for the
     collective timeout. NCCL's abort needs no help; its connections are not in this set.
     """
-    live = _tcp()
+    live = groups.tcp()
     for conn in engine.group_sockets & live:  # same fd, same endpoints: still gloo's socket
         try:
             with socket.socket(fileno=os.dup(conn[0])) as s:
@@ -260,27 +246,17 @@ def _init(backend: str | None, timeout: timedelta | None = None, **kwargs) -> No
         ri.master_addr, ri.master_port, is_master=False, timeout=timeout or timedelta(minutes=5)
     )
     store = dist.PrefixStore(f"nbdist/{ri.attempt}/{engine.formations}", client)
+    previous = groups.begin(ri.world_size, ri.rank)  # the groups the last formation made
+    if previous is not None and previous.made:
+        engine.previous_groups = previous
     if timeout is not None:
         kwargs["timeout"] = timeout
     engine.local_group = None
-    tracked(
+    groups.tracked(
         _original_init,
         backend=backend or ri.backend, store=store, rank=ri.rank, world_size=ri.world_size,
         **kwargs,
     )  # fmt: skip
-
-
-def tracked(make: Callable[..., T], *args, **kwargs) -> T:
-    """``make(*args, **kwargs)``, a group or the default group's formation: the connections it
-    opens are the group's, shut with it on ``abort``."""
-    ri = context.current()
-    before = _tcp()
-    made = make(*args, **kwargs)
-    # the store's connections are not the group's: a store this engine serves (rank 0's, or a
-    # sweep trial's) takes clients of other groups, which must never be shut with this one
-    store_ep = (ri.master_addr, ri.master_port)
-    engine.group_sockets.update(c for c in _tcp() - before if store_ep not in (c[1], c[2]))
-    return made
 
 
 @functools.wraps(_original_init)
@@ -324,9 +300,17 @@ def _deferred_destroy(group=None):
     return _original_destroy(group)
 
 
+def formation() -> tuple[int, int]:
+    """Which formation of the group stands on this engine: (its attempt, its count in it)."""
+    info = engine.rank_info
+    return (info.attempt if info is not None else -1, engine.formations)
+
+
 def install_idempotent_init() -> None:
     """Route ``init_process_group`` through the idempotent wrapper, and
-    ``destroy_process_group`` through the deferring one."""
+    ``destroy_process_group`` through the deferring one; record the groups each formation
+    makes (``groups``)."""
+    groups.install()
     dist.init_process_group = _idempotent_init
     dist.distributed_c10d.init_process_group = _idempotent_init
     dist.destroy_process_group = _deferred_destroy

@@ -22,6 +22,8 @@ from ..frames import is_user, package
 from ..protocol import CellOutcome, CellRequest, PackedValue, Program
 from . import console, host, rendezvous, script, state, trials
 from .checkpoint import save as checkpoint
+from .collectives import counting
+from .continuity import rebinding, snapshot
 from .debug import postmortem, stacks
 from .debug import profile as profiler
 from .reporting import sender
@@ -50,7 +52,7 @@ def _failure(exc: BaseException, program: str) -> CellOutcome:
     summary = lines[-1].strip() if lines else repr(exc)
     # gloo's messages carry a C++ source path and a paragraph of advice: keep the fact only.
     summary = re.sub(r"\[/\S+?\.(cc|cpp|h):\d+\] ", "", summary).split(" This is typically")[0]
-    kind = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
+    kind = "interrupted" if _interrupted(exc) else "error"
     if isinstance(exc, CheckpointWriteError):
         kind = "storage"  # the storage failed, not the person's code: --restarts retries it
     if isinstance(exc, SystemExit):
@@ -59,6 +61,20 @@ def _failure(exc: BaseException, program: str) -> CellOutcome:
     elif kind == "interrupted":
         summary = "KeyboardInterrupt (nbdist: interrupted)"
     return CellOutcome(kind=kind, at=time.time(), summary=summary, traceback="".join(lines[:-1]))
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """The interrupt, however a library passed it on: torch's C++ turns a KeyboardInterrupt
+    raised in a Python process group (nbdist's shared-memory all-reduce) into a RuntimeError
+    that names it."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt) or (
+            isinstance(seen, RuntimeError) and "KeyboardInterrupt" in str(seen)
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _format(tb: traceback.TracebackException, program: str, ours: bool) -> list[str]:
@@ -141,14 +157,20 @@ def run_cell(req: CellRequest) -> CellOutcome:
     try:
         # ties nbdist.report()'s batches to this request, and samples health while it runs
         sender.begin_cell(req.telemetry, opts)
+        counting.begin_cell()  # the collectives this cell enters, counted
         if req.group is not None:
             rendezvous.form(req.group, req.group_timeout)
+        if req.rebind:  # every rank runs it: what earlier cells made, bound to this group
+            for line in rebinding.at_cell_start():
+                print(line, flush=True)
         bound = trials.begin(req.trial)
         if opts.profile:
             profiler.start(opts.profile)
         _async_ranks("begin_cell")
         out = CellOutcome(kind="ok", at=time.time(), value=_execute(req.program, req.want_value))
         _async_ranks("end_cell")
+        for line in snapshot.keep():  # for a replacement, should this engine be lost
+            print(line, flush=True)
     except BaseException as exc:  # noqa: B036 - KeyboardInterrupt and SystemExit are outcomes too
         out = _failure(exc, req.program.filename)
         if out.kind != "ok":
@@ -164,6 +186,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
     return dataclasses.replace(
         out,
         group_formed=rendezvous.is_formed(),
+        collectives=state.engine.collective_calls,
         pipeline=state.engine.pipeline,
         mesh=state.engine.mesh,
         profile=profiled,

@@ -48,6 +48,16 @@ class Engine:
     host (``collectives.group``; set by ``api.setup``)."""
     local_group: Any = None
     """This formation's ``collectives.group.LocalGroup``, made by its first DDP model on CPU."""
+    group_log: Any = None
+    """The groups this formation made beside its default one, in order (``groups.Log``)."""
+    previous_groups: Any = None
+    """The last formation's ``groups.Log``, until the objects made over it are bound to this
+    one (``continuity``)."""
+    rebound: tuple | None = None
+    """The formation the objects were last bound to (``continuity``): another one stands since?"""
+    bound: list = field(default_factory=list)
+    """The objects bound to a formation's groups (DDP models, FSDP modules, meshes, pipeline
+    stages), in the order they were made: each a ``groups.Bound`` (held weakly)."""
     retired_groups: list = field(default_factory=list)
     """Groups the user's code destroyed, kept alive until the next formation (see
     ``rendezvous._deferred_destroy``: freeing one too soon can deadlock the engine)."""
@@ -81,6 +91,18 @@ class Engine:
     """Every pipeline stage module on this engine: checkpoints save them per rank."""
     program_file: str = ""
     """The running (or last) cell's file name, or its script's: its frames are the person's."""
+    cluster_id: str = ""
+    """The cluster this engine belongs to (``api.setup``): where its rank's state is kept."""
+    kept_mark: Any = None
+    """The fingerprint of the names when this rank's state was last kept (``snapshot``)."""
+    kept_note: str = ""
+    """The last line said about keeping this rank's state (not said again at every cell)."""
+    unkept: dict = field(default_factory=dict)
+    """Names whose values could not be pickled, and those values' ids (not tried again)."""
+    collective_calls: int = 0
+    """Collectives this rank entered in the running cell (``collectives.counting``)."""
+    in_collective: str = ""
+    """The collective this rank is in now ("" when none)."""
     failure: Any = None
     """The last cell's exception, its frames alive, until the next cell (``debug.postmortem``)."""
     debugger: Any = None

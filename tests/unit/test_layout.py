@@ -314,7 +314,7 @@ def test_the_floor_and_the_host_import_no_torch_at_import_time():
 ROOMS = {
     "notebook": {"magics": 6, "data": 5, "sweeps": 5, "housekeeping": 5, "session": 4, "run": 3,
                  "debug": 2, "cluster": 1, "board": 1, "trackers": 0, "arguments": 0},
-    "worker": {"api": 5, "runner": 4, "checkpoint": 3, "train": 2, "pipeline": 2,
+    "worker": {"api": 5, "runner": 4, "checkpoint": 3, "continuity": 3, "train": 2, "pipeline": 2,
                "integrations": 2, "debug": 2, "mesh": 1, "collectives": 1, "ground": 0},
 }  # fmt: skip
 

@@ -147,6 +147,7 @@ class Ranks:
             self.cfg.threads,
             self.cfg.pin_cores,
             self.cfg.shared_memory,
+            self.engines.cluster_id,
             timeout=self.cfg.start_timeout,
         )
         got.check("setting up the engines", noun="engine")
@@ -262,8 +263,8 @@ class Ranks:
         if lost:
             self.replace(sorted(set(lost)))
             return (
-                f"nbdist: rank(s) {sorted(set(lost))} got fresh engines; names defined "
-                "there by earlier cells are gone. The process group was re-formed."
+                f"nbdist: rank(s) {sorted(set(lost))} got fresh engines. The process group was "
+                "re-formed."
             )
         if group_broken and full:
             self._group_ready = False  # re-formed at the start of the next cell, on every rank

@@ -199,6 +199,7 @@ class RunController:
             self.watch,
             trial,
             self.wake,
+            rebind=self.formation.whole,
         )
 
     def _ended(self, report: CellReport) -> None:

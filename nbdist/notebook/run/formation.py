@@ -16,13 +16,14 @@ Groups are made in one place, ``cluster.ranks.Ranks.group_of``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from ...config import CellOptions
 from ...protocol import Program, RankInfo, TrialInfo
 from ..cluster.ranks import Ranks
 from .recovery import Decision
-from .replay import replay
+from .replay import give_back, replay
 from .supervisor import CellReport
 
 
@@ -30,6 +31,7 @@ class Formation(Protocol):
     """Where a run's attempts run, and how its lost ranks are mended."""
 
     trial: TrialInfo | None  # a sweep's trial (its attempt set by the controller), or None
+    whole: bool  # it runs on every rank of the world: objects of earlier cells are bound to it
 
     def ranks(self) -> tuple[int, ...]:
         """The cluster's ranks the next attempt runs on, its main rank first."""
@@ -52,11 +54,18 @@ class World:
 
     trial = None
 
-    def __init__(self, cluster: Ranks, opts: CellOptions):
+    def __init__(
+        self,
+        cluster: Ranks,
+        opts: CellOptions,
+        restore: Callable[[Ranks, list[int]], str] = give_back,
+    ):
         self.cluster = cluster
         self.opts = opts
+        self.restore = restore  # fresh engines given their lost ones' state (tests script it)
         n = len(cluster.slots)
         self.full = opts.ranks is None or sorted(set(opts.ranks)) == list(range(n))
+        self.whole = self.full
 
     def ranks(self) -> tuple[int, ...]:
         if self.opts.ranks is not None:
@@ -70,15 +79,22 @@ class World:
         if not lost:  # every engine lives (a full disk, say): the same ranks go again, on a
             self.cluster.note_group(False)  # fresh group, with all their names still there
             return True
-        if decision is Decision.SHRINK:
+        if decision is Decision.SHRINK:  # renumbered: earlier cells run again, as the world is
             self.cluster.shrink(lost)
-        else:
-            self.cluster.replace(lost)
-        replay(self.cluster)
+            replay(self.cluster)
+            return True
+        self.cluster.replace(lost)
+        note = self.restore(self.cluster, lost)
+        if note:
+            print(note, flush=True)
         return True
 
     def settle(self, program: Program, report: CellReport, clean: bool, run_key: str) -> str:
         note = self.cluster.repair(report.lost, report.group_broken, self.full)
+        if report.lost:  # the fresh engines take over their lost engines' state
+            note = "\n".join(
+                filter(None, [note, self.restore(self.cluster, sorted(set(report.lost)))])
+            )
         if clean:
             if self.full:  # the cell may have destroyed the group
                 self.cluster.note_group(not report.group_broken)

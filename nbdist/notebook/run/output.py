@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ...config import CellOptions
-from ..board.lines import shown
+from ..board.lines import arrived, shown
 
 LIVE_EVERY = 0.25  # seconds between updates of a line rewritten in place
 LINE_LIMIT = 10_000  # characters of one line shown: its start and end, the middle counted
@@ -252,3 +252,47 @@ class _Display:
 
 def _display(text: str) -> _Display:
     return _Display(text)
+
+
+#: Rich outputs a rank's display() may show under the cell: engines' text is shown as text.
+_SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")
+
+
+class RankStreams:
+    """One rank's output as a running cell reads it: its streams as last read, the rich
+    outputs already seen, and, when its output is shown (``label``, else None), the
+    ``RankOutput`` that writes it under the cell."""
+
+    def __init__(self, label: str | None):
+        self.seen = {"stdout": "", "stderr": ""}
+        self.outputs = 0
+        self.output = RankOutput(label) if label is not None else None
+
+    def read(self, metadata: dict, final: bool = False) -> bool:
+        """Take what the rank sent since the last read (``metadata``: ipyparallel's, filled in
+        by its client), showing it when shown; whether any text arrived."""
+        news = False
+        for name in ("stdout", "stderr"):
+            text = metadata.get(name) or ""
+            new = arrived(self.seen[name], text)
+            self.seen[name] = text
+            news = news or bool(new)
+            if self.output is not None and (new or final):
+                self.output.write(name, new, final)
+        if self.output is not None:
+            self.output.flush()  # a line rewritten in place: its latest state, when due
+        outputs = metadata.get("outputs", [])
+        if self.output is not None:
+            for out in outputs[self.outputs :]:
+                _republish(out)
+        self.outputs = len(outputs)
+        return news
+
+
+def _republish(out: dict) -> None:
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    data = {k: v for k, v in out.get("data", {}).items() if k in _SAFE_MIME}
+    if ip is not None and data:
+        ip.display_pub.publish(data=data, metadata=out.get("metadata", {}))

@@ -21,21 +21,21 @@ from ...config import CellOptions
 from ...errors import RankFailure
 from ...protocol import CellOutcome, CellRequest, Program, RankInfo, TrialInfo
 from ...worker import api
-from ..board.lines import arrived
 from ..cluster import fanout
 from ..cluster.ranks import Ranks
 from ..cluster.transfer import unpack
 from ..debug import stacks
-from . import survivors
+from . import collisions, survivors
 from .observers.base import Stop
 from .observers.watch import Watch
-from .output import RankOutput, shows_output_of
+from .output import RankStreams, shows_output_of
 
 _POLL = 0.02  # seconds between looks at the ranks while output flows (what a person sees)
 _IDLE_POLL = 0.5  # ...and otherwise: telemetry is read as often as it comes (and drawn)
 _ACTIVE_FOR = 1.0  # seconds after the last news that count as "flowing"
 _OUTPUT_WAIT = 2.0  # seconds to wait for a finished rank's last output to arrive
-_SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/svg+xml")  # engines' text is text
+_LONE_WAIT = 2.0  # seconds ranks may run on after a peer ended before nbdist looks at them
+_LONE_LOOK_MAX = 30.0  # ...and, while they compute, the longest it waits to look again
 
 
 def _lost(kind: str, summary: str) -> CellOutcome:
@@ -55,9 +55,7 @@ class RankRun:
     ar: object  # fanout.Reply (fanout.Unsent: never sent, its engine gone)
     outcome: CellOutcome | None = None
     metadata: dict = field(default_factory=dict)  # ar.metadata, filled in as it comes
-    seen: dict = field(default_factory=lambda: {"stdout": "", "stderr": ""})
-    outputs: int = 0  # rich outputs shown
-    output: RankOutput | None = None  # how its output is shown, if it is
+    streams: RankStreams | None = None  # its output as read so far (and shown, if it is)
 
 
 @dataclass
@@ -88,6 +86,7 @@ class Launch:
     watch: Watch | None = None
     trial: TrialInfo | None = None
     wake: threading.Event | None = None  # set at a reply (a sweep shares one among its trials)
+    rebind: bool = False  # it runs on every rank of the world: earlier objects are bound again
 
 
 class CellRun:
@@ -107,6 +106,9 @@ class CellRun:
         self._deadline = self._t0 + opts.timeout if opts.timeout else None
         self._first_failure: float | None = None
         self._timed_out = False
+        self._ended_at: float | None = None  # when a rank ended its cell well, others running
+        self._lone_look = _LONE_WAIT  # seconds after that before looking (doubled each look)
+        self._mismatch: RankFailure | None = None  # ranks ran different collectives: why
         self._wake = launch.wake or threading.Event()
         # quiet until the first line: a cell that prints nothing is looked at as often as
         # its board is drawn, and a reply wakes the loop at once all the same
@@ -132,6 +134,7 @@ class CellRun:
                 group_timeout=cluster.cfg.group_timeout,
                 trial=trial,
                 telemetry=self.watch is not None,  # what the ranks send, only if it is read
+                rebind=launch.rebind,
             )
             calls[r] = (slot.engine_id, (request,))
         self._unanswered = len(calls)
@@ -168,35 +171,12 @@ class CellRun:
         return shows_output_of(self.opts, r, self.main_rank)
 
     def _stream(self, rk: RankRun, final: bool = False) -> None:
-        md = rk.metadata  # filled in by the client as iopub messages arrive
-        visible = self._visible(rk.rank)
-        if visible and rk.output is None:
+        if rk.streams is None:
+            shown = self._visible(rk.rank)
             label = f"[rank {rk.rank}] " if self.opts.all_output else ""
-            rk.output = RankOutput(self.prefix + label)
-        for name in ("stdout", "stderr"):
-            text = md.get(name) or ""
-            new = arrived(rk.seen[name], text)
-            rk.seen[name] = text
-            if new:
-                self._news = True
-            if visible and (new or final):
-                rk.output.write(name, new, final)
-        if visible:
-            rk.output.flush()  # a line rewritten in place: its latest state, when due
-        outputs = md.get("outputs", [])
-        for out in outputs[rk.outputs :]:
-            if visible:
-                self._republish(out)
-        rk.outputs = len(outputs)
-
-    @staticmethod
-    def _republish(out: dict) -> None:
-        from IPython import get_ipython
-
-        ip = get_ipython()
-        data = {k: v for k, v in out.get("data", {}).items() if k in _SAFE_MIME}
-        if ip is not None and data:
-            ip.display_pub.publish(data=data, metadata=out.get("metadata", {}))
+            rk.streams = RankStreams(self.prefix + label if shown else None)
+        if rk.streams.read(rk.metadata, final):  # filled in as iopub messages arrive
+            self._news = True
 
     # -- watching -------------------------------------------------------------------------
     def _collect(self, rk: RankRun) -> None:
@@ -300,6 +280,7 @@ class CellRun:
                     self.report.went_on[r] = survivors.tell(rk, self.prefix, self.watch)
                 elif self._first_failure is None:
                     self._first_failure = now
+        self._look_for_lone_waiters(now)
         stop = self.watch.stop if self.watch is not None else None
         if stop is not None and stop.reason is not None and self.report.stopped is None:
             self.report.stopped = stop
@@ -310,6 +291,30 @@ class CellRun:
             self._timed_out = True
             self._stop_running(self.report, f"the cell ran past --timeout {self.opts.timeout:g} s")
         return not self._running()
+
+    def _look_for_lone_waiters(self, now: float) -> None:
+        """A rank that ended its cell well while others run: are they waiting in a collective
+        it will never join? Then the ranks ran different collectives (a loop that stops on the
+        clock, uneven data): the ranks that ended leave their group, so the waiting ones fail
+        at once, and the cell ends with one line that says so (``collisions``)."""
+        ended = {r: rk for r, rk in self.ranks.items() if rk.outcome is not None and rk.outcome.ok}
+        running = self._running()
+        if not ended or not running or self._first_failure is not None or self._mismatch:
+            self._ended_at = None
+            return
+        if self._ended_at is None:
+            self._ended_at = now
+        if now - self._ended_at < self._lone_look:
+            return
+        self._lone_look = min(2 * self._lone_look, _LONE_LOOK_MAX)
+        got = stacks.collect(self.cluster.engines, {rk.rank: (rk.pid, rk.ar) for rk in running})
+        health = self.watch.collector.ranks if self.watch is not None else {}
+        waiting = collisions.waiting(got, {r: st.health for r, st in health.items()})
+        if not waiting:
+            return
+        self._mismatch = collisions.failure(waiting, {r: rk.outcome for r, rk in ended.items()})
+        print(f"{self.prefix}nbdist: {self._mismatch.summary}", flush=True)
+        fanout.on_ranks(self.cluster, api.leave_group, ranks=sorted(ended), timeout=30)
 
     def interrupt(self) -> None:
         """Stop every rank still running: the interrupt button, or a sweep stopping a trial."""
@@ -378,6 +383,9 @@ class CellRun:
             failure = RankFailure(rk.rank, out.summary, out.traceback, out.at, out.kind)
             report.failures.append(failure)
             failed[rk.rank] = (failure, rk.pid)
+        if self._mismatch is not None:  # the cause, before what it made the waiting ranks raise
+            report.failures.insert(0, self._mismatch)
+            failed[self._mismatch.rank] = (self._mismatch, self.ranks[self._mismatch.rank].pid)
         self.cluster.note_cell({r: rk.outcome for r, rk in self.ranks.items()}, failed)
         if report.failures:
             report.group_broken = True

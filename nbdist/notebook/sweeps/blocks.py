@@ -74,6 +74,8 @@ class Blocks:
 class Block:
     """One trial's formation: its block of ranks, and its own group there (see the module)."""
 
+    whole = False  # a trial's group is not the world's: the notebook's objects stay as they are
+
     def __init__(self, blocks: Blocks, trial: TrialInfo):
         self.blocks = blocks
         self.trial = trial

@@ -30,9 +30,9 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future as _work_from_future
 from torch.distributed import ProcessGroupGloo
 
-from .. import rendezvous
+from .. import groups, rendezvous
 from ..state import engine
-from . import shared_memory
+from . import counting, shared_memory
 
 #: The backend name of the group (``dist.get_backend(model.process_group)``).
 NAME = "nbdist_shm"
@@ -54,6 +54,13 @@ class LocalGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts=None):  # the C++ group calls this
         opts = opts if opts is not None else dist.AllreduceOptions()
         fn = shared_memory.reducer(tensors[0], opts.reduceOp) if len(tensors) == 1 else None
+        with counting.entered("all_reduce"):  # DDP's: from C++, past torch's Python functions
+            self._allreduce(tensors, opts, fn)
+        done = torch.futures.Future()
+        done.set_result(tensors)
+        return _work_from_future(done)
+
+    def _allreduce(self, tensors: list[torch.Tensor], opts, fn) -> None:
         if self.exchange is None or fn is None:
             # done here, not handed back pending: torch keeps a Work made in Python alive by a
             # holder whose end takes the interpreter's lock, on whichever thread ends it; gloo's
@@ -65,9 +72,6 @@ class LocalGroup(dist.ProcessGroup):
                 self.exchange.allreduce(tensors[0], fn)
         else:
             self.exchange.allreduce(tensors[0], fn)
-        done = torch.futures.Future()
-        done.set_result(tensors)
-        return _work_from_future(done)
 
     def getBackendName(self) -> str:  # noqa: N802 (the C++ name)
         return NAME
@@ -176,10 +180,15 @@ def for_model(module: torch.nn.Module) -> dist.ProcessGroup | None:
     if any(t.device.type != "cpu" for t in (*module.parameters(), *module.buffers())):
         return None
     if engine.local_group is None:
-        register()
-        engine.local_group = rendezvous.tracked(dist.new_group, backend=NAME)
+        make()
     # where the ranks could not share memory, DDP stays on the default group, as under torchrun
     return engine.local_group if engine.local_group.exchange is not None else None
+
+
+def make() -> None:
+    """Make this formation's ``LocalGroup`` (every rank at once: it is a collective)."""
+    register()
+    engine.local_group = dist.new_group(backend=NAME)  # its connections tracked (groups)
 
 
 _DDP = torch.nn.parallel.DistributedDataParallel
@@ -197,8 +206,13 @@ def _ddp_init(self, *args, **kwargs):
         if group is not None:
             named["process_group"] = group
     _original_ddp_init(*bound.args, **bound.kwargs)
+    if dist.is_initialized():  # bound to this formation: the next one binds it again (rebind)
+        groups.track(self, "ddp", rendezvous.formation())
 
 
 def install() -> None:
-    """Route DDP models made with no group through ``for_model``."""
+    """Route DDP models made with no group through ``for_model``; make ``NAME`` a backend
+    (a fresh engine makes the group again with its peers: ``groups.remake``)."""
+    register()
+    counting.install()
     _DDP.__init__ = _ddp_init

@@ -43,7 +43,11 @@ _LINE = 64  # bytes: each counter on a cache line of its own
 _WHY = 4 * _LINE  # bytes of the reason a stopped segment gives every rank
 _SPIN = 50e-6  # seconds a waiting rank spins before it yields its core
 _YIELD = 5e-3  # seconds it yields before it sleeps
-_NAP = 200e-6  # seconds a sleeping waiter sleeps between looks
+_NAP = 200e-6  # seconds a sleeping waiter sleeps between looks...
+#: ... and, once it has waited this long, a longer nap: a waiter that wakes every 200 µs takes the
+#: interpreter's lock back before the engine's other threads (its telemetry, its stacks, its
+#: kernel's output) can run, and they starve while it waits for a peer that may never come
+_LONG_WAIT, _LONG_NAP = 0.05, 2e-3
 _LOOK = 0.05  # seconds between checks that the ranks waited for are alive
 
 _OPS = (
@@ -114,9 +118,14 @@ class Exchange:
             slots = self._typed[tensor.dtype] = self._slots.view(tensor.dtype)
         per = slots.shape[-1]
         self._calls[self.rank] = (flat.numel(), _DTYPES.index(tensor.dtype) * 8 + _FNS.index(fn))
-        for start in range(0, max(flat.numel(), 1), per):  # an empty call is checked too
-            self._round(slots[self._rounds % 2], flat[start : start + per], fn, start == 0)
-            self._rounds += 1
+        try:
+            for start in range(0, max(flat.numel(), 1), per):  # an empty call is checked too
+                self._round(slots[self._rounds % 2], flat[start : start + per], fn, start == 0)
+                self._rounds += 1
+        except BaseException as e:  # anywhere in a round (an interrupt between two copies):
+            if not isinstance(e, Aborted):  # its peers' rounds would read the wrong buffer,
+                self.abort(f"{type(e).__name__} on rank {self.rank}")  # so they stop too
+            raise
         if flat.data_ptr() != tensor.data_ptr():
             tensor.copy_(flat.view_as(tensor))
 
@@ -144,14 +153,8 @@ class Exchange:
         if self._stop[0]:
             raise self._aborted()
         self._mine[0] = self._seq
-        if self._arrived.min() >= self._seq:
-            return
-        try:
+        if self._arrived.min() < self._seq:
             self._wait()
-        except BaseException as e:  # an interrupt, a timeout, a dead peer: stop the others
-            if not isinstance(e, Aborted):
-                self.abort(f"{type(e).__name__} on rank {self.rank}")
-            raise
 
     def _wait(self) -> None:
         seq, arrived, stop = self._seq, self._arrived, self._stop
@@ -174,7 +177,7 @@ class Exchange:
             if now < yield_until:
                 os.sched_yield()
             else:
-                time.sleep(_NAP)
+                time.sleep(_NAP if now - t0 < _LONG_WAIT else _LONG_NAP)
 
     def _differ(self) -> None:
         """Fail a call that is not every rank's: a sum of different things is no sum."""

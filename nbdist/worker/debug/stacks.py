@@ -105,7 +105,12 @@ def _serve(read: int) -> None:
             chunks.append(os.read(read, 65536))
         text = b"".join(chunks).decode("utf-8", "replace")
         try:
-            stacks = RankStacks(_rank(), tuple(parse(text, _program())))
+            stacks = RankStacks(
+                _rank(),
+                tuple(parse(text, _program())),
+                collectives=state.engine.collective_calls,
+                in_collective=state.engine.in_collective,
+            )
             sender.publish({f"{STACKS_KEY}{os.getpid()}:{next(_seq)}": stacks})
         except Exception:  # never let a dump kill the thread: the next one is read
             time.sleep(_QUIET)

@@ -31,7 +31,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ...protocol import PipelineRole
-from .. import context
+from .. import context, groups, rendezvous
 from ..mesh import grid
 from ..state import engine
 from .groups import Layout, average_gradients, layout, on_mesh
@@ -154,6 +154,19 @@ class Pipeline:
 
     def load_state_dict(self, state: dict) -> Any:
         return self.stage.load_state_dict(state)
+
+    @property
+    def layout(self) -> Layout:
+        """This rank's place in the pipeline replicas, and its groups."""
+        return self._layout
+
+    def rebind(self, pipe_group: Any, dp_group: Any) -> None:
+        """Run over this formation's groups (``continuity``): the schedule is made again at the
+        next step, and what a half-done step accumulated is dropped."""
+        self._layout = self._layout._replace(pipe_group=pipe_group, dp_group=dp_group)
+        self._runner = self._key = None
+        for p in self.stage.parameters():
+            p.grad = None
 
     def _scaled_loss(self, output: Any, target: Any) -> Any:
         # Each microbatch's loss is divided by their number, so that backward accumulates the
@@ -309,4 +322,5 @@ def pipeline(
         lay = layout(stages, info.world_size, info.rank)
     pipe = Pipeline(parts, lay, microbatches, loss_fn, schedule)
     engine.pipeline = pipe.role
+    groups.track(pipe, "pipeline", rendezvous.formation())  # bound again after a stop
     return pipe

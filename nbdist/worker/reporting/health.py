@@ -37,6 +37,7 @@ class Health:
         self.step_time: float | None = None
         self.reports = 0
         self.comm_time: float | None = None
+        self.last_share: float | None = None  # DDP's comm share as last read
         # DDP's timed iteration of each model when the cell began: its comm share is shown
         # once the model has stepped in this cell (a new run's table starts empty)
         self.ddp_at_start: dict[int, int] = {}
@@ -95,6 +96,8 @@ class Health:
             pipeline=state.engine.pipeline if state.engine.pipeline_idle is not None else None,
             idle_share=state.engine.pipeline_idle,
             mesh=state.engine.mesh,
+            collectives=state.engine.collective_calls,
+            in_collective=state.engine.in_collective,
         )
 
     def comm_share(self) -> float | None:
@@ -102,7 +105,10 @@ class Health:
         else DDP's timers."""
         if self.comm_time is not None and self.step_time:
             return max(0.0, min(1.0, self.comm_time / self.step_time))
-        return _ddp_comm_share(self.ddp_at_start)
+        if state.engine.in_collective:  # DDP's reducer holds its lock in there: not now
+            return self.last_share
+        self.last_share = _ddp_comm_share(self.ddp_at_start)
+        return self.last_share
 
 
 # -- DDP's timers ---------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ class Sender:
             records = [_record(rec) for rec in raw]
             evs = [self.events.popleft() for _ in range(len(self.events))]
             sample = None
-            if health:
+            if health:  # quick: it reads no DDP timers while the rank is in a collective
                 self.health_due = time.monotonic() + self.interval
                 sample = self.health.sample()
             if not records and not evs and sample is None:

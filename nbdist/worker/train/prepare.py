@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ...errors import UsageError
-from .. import context
+from .. import context, groups, rendezvous
 from ..mesh import layout, materialize
 from ..state import engine
 from . import sync as sync_modes
@@ -152,6 +152,7 @@ def prepare(
     model = model if meta else model.to(device)
     if strategy == "fsdp":
         wrapped = _fsdp(model, dtype, on_mesh.dp_mesh if on_mesh else None, meta)
+        groups.track(wrapped, "fsdp", rendezvous.formation())  # bound again after a stop
     elif on_mesh is not None and (on_mesh.dp == 1 or on_mesh.pp > 1):  # the pipeline averages
         wrapped = materialize.materialize(model) if meta else model
     else:
