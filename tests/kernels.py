@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -57,7 +59,9 @@ class Kernel:
                 msg = self.kc.get_iopub_msg(timeout=0.1)
             except queue.Empty:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"cell {msg_id} did not finish in {timeout} s") from None
+                    raise AssertionError(
+                        f"cell {msg_id} did not finish in {timeout} s\n{self.stacks()}"
+                    ) from None
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -87,6 +91,18 @@ class Kernel:
         res = self.run(code, timeout)
         assert res.error is None, "\n".join(res.error["traceback"])
         return res
+
+    def stacks(self) -> str:
+        """The kernel's Python stacks and its children's (py-spy): where a cell hung."""
+        if shutil.which("py-spy") is None:
+            return "(py-spy is not installed: no stacks)"
+        out = []
+        for pid in [self.pid, *self.descendants()]:
+            done = subprocess.run(
+                ["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
+            )
+            out.append(f"--- pid {pid}\n{done.stdout}{done.stderr}")
+        return "\n".join(out)
 
     def descendants(self) -> list[int]:
         try:

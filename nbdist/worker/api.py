@@ -132,12 +132,14 @@ def leave_group() -> None:
     rendezvous.abort()
 
 
-def bring_back() -> list[str]:
-    """Take over this rank's state as its lost engine kept it (a fresh engine, on the same
-    host); the lines to show; a KeyError when it kept none here (``continuity.snapshot``)."""
+def bring_back(fresh: list[int]) -> list[str]:
+    """Take over this rank's state as it was kept at the end of its last good cell: a rank of
+    ``fresh`` its lost engine's, a survivor its own; the lines to show; a KeyError when none
+    was kept here (``continuity.snapshot``)."""
     from .continuity import snapshot
 
-    return snapshot.bring_back(state.engine.rank_info.rank)
+    rank = state.engine.rank_info.rank
+    return snapshot.bring_back(rank, survivor=rank not in fresh)
 
 
 # -- cells and values ----------------------------------------------------------------------------

@@ -172,7 +172,11 @@ def _controller(cluster, restarts=1, min_workers=None):
         cluster,
         cell,
         opts,
-        World(cluster, opts, restore=lambda cluster, lost: [e() for e in cluster.journal] and ""),
+        World(
+            cluster,
+            opts,
+            restore=lambda cluster, lost, again=False: [e() for e in cluster.journal] and "",
+        ),
         run_key="k",
         watch=watcher,
         start=lambda cluster, launch: _Done(cluster.run_once(launch)),

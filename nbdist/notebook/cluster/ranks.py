@@ -10,8 +10,10 @@ It knows nothing of cells: ``notebook.run`` drives it (a cell, its failures, rec
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 
+from ... import config
 from ...config import ClusterConfig
 from ...errors import NbdistError, RankFailure
 from ...protocol import CellOutcome, Inventory, MeshCoords, PipelineRole, RankInfo
@@ -133,9 +135,12 @@ class Ranks:
         return self.engines.client
 
     def stop(self) -> None:
-        """Stop every engine and the controller; no process is left behind."""
+        """Stop every engine and the controller; no process is left behind, nor the states
+        its ranks kept on this host for replacements (``data_dir()/keep/<cluster>``)."""
         if self.engines is not None:
             self.engines.stop()
+            if self.engines.owns_engines and self.engines.cluster_id:
+                shutil.rmtree(config.data_dir() / "keep" / self.engines.cluster_id, True)
 
     # -- the process group ------------------------------------------------------------------
     def _setup(self, engine_ids: list[int]) -> dict[int, Inventory]:

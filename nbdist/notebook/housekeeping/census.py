@@ -9,6 +9,7 @@ The data folder (``config.data_dir()``) holds::
     profile/log/*.log, *.json     controller logs, hub states                kind "logs"
     profile/security/*.json       cluster files and connection files         kind "clusters"
     clusters/host-<pid>.*         sidebar hosts' records, sockets, leases    kind "clusters"
+    keep/<cluster id>/            its ranks' states, kept for replacements   kind "clusters"
 
 The walk never follows a link (what a link names is not the data folder's), skips what vanishes
 under it, and, given a ``limit``, stops after that many entries and says it is partial: it runs
@@ -52,6 +53,7 @@ class Census:
     log_dirs: list[Entry] = field(default_factory=list)  # profile/log/<cluster id>/
     logs: list[Entry] = field(default_factory=list)  # every *.log anywhere under profile/log
     loose: list[Entry] = field(default_factory=list)  # files in profile/log, security, clusters
+    kept: list[Entry] = field(default_factory=list)  # keep/<cluster id>/
     store: list[Entry] = field(default_factory=list)  # runs.sqlite and its WAL files
     complete: bool = True
 
@@ -133,6 +135,9 @@ def take(root: Path, limit: int | None = None) -> Census:
         elif child.name == "clusters" and child.is_dir():
             for sub in _children(path):
                 add("clusters", _tree(Path(sub.path), budget), census.loose)
+        elif child.name == "keep" and child.is_dir():
+            for sub in _children(path):
+                add("clusters", _tree(Path(sub.path), budget), census.kept)
         else:
             add("other", _tree(path, budget))
     census.complete = budget.left is None or budget.left >= 0

@@ -332,6 +332,9 @@ def _clusters(plan: Plan, census: Census, use: InUse) -> None:
             hosts[int(m["pid"])].append(e)
         if cid is not None and cid not in use.clusters and not use.young(e.mtime):
             plan.items.append(Item("clusters", _rel(plan, e.path), e.bytes, e.path))
+    for e in census.kept:  # ranks' states kept for replacements: a gone cluster's are of no use
+        if e.name not in use.clusters and not use.young(e.mtime):
+            plan.items.append(Item("clusters", _rel(plan, e.path), e.bytes, e.path))
     for pid, es in sorted(hosts.items()):
         if pid not in use.hosts and not any(use.young(e.mtime) for e in es):
             size = sum(e.bytes for e in es)

@@ -58,7 +58,7 @@ class World:
         self,
         cluster: Ranks,
         opts: CellOptions,
-        restore: Callable[[Ranks, list[int]], str] = give_back,
+        restore: Callable[..., str] = give_back,
     ):
         self.cluster = cluster
         self.opts = opts
@@ -83,8 +83,8 @@ class World:
             self.cluster.shrink(lost)
             replay(self.cluster)
             return True
-        self.cluster.replace(lost)
-        note = self.restore(self.cluster, lost)
+        self.cluster.replace(lost)  # the cell runs again: every rank from its last good cell
+        note = self.restore(self.cluster, lost, again=True)
         if note:
             print(note, flush=True)
         return True

@@ -3,7 +3,8 @@
 After recovery replaces an engine, the new one has none of the names that earlier cells and
 scatters defined. ``give_back`` first has each fresh engine take over the state its lost one
 kept at the end of its last good cell (``worker.continuity.snapshot``: its names, nbdist's
-objects among them, its random state), and sends it its scatters' shards again: no earlier cell
+objects among them, its random state; when the cell runs again, each survivor goes back to its
+own, as a replay would have left it), and sends it its scatters' shards again: no earlier cell
 runs again, on any rank, however long they ran. Where a fresh engine finds no kept state (its
 host is gone, or the state was too large or could not be kept), it says so in one line and
 ``replay`` redoes the journal (``cluster.journal``) in order on every rank, as before: each
@@ -29,10 +30,15 @@ from .supervisor import CellRun, Launch
 GIVE_BACK_TIMEOUT = 300.0
 
 
-def give_back(cluster: Ranks, fresh: list[int]) -> str:
+def give_back(cluster: Ranks, fresh: list[int], again: bool = False) -> str:
     """The fresh engines of ``fresh`` take their lost engines' kept states, and get their
-    shards again; where one cannot, the journal is run again on every rank. The lines to show."""
-    got = fanout.on_ranks(cluster, api.bring_back, ranks=fresh, timeout=GIVE_BACK_TIMEOUT)
+    shards again; with ``again`` (the cell runs again) every other rank goes back to its own
+    kept state too, so that all start it where the last good cell left them. Where one cannot,
+    the journal is run again on every rank. The lines to show."""
+    ranks = range(len(cluster.slots)) if again else fresh
+    got = fanout.on_ranks(
+        cluster, api.bring_back, list(fresh), ranks=ranks, timeout=GIVE_BACK_TIMEOUT
+    )
     lines = [line for r in sorted(got.values) for line in got.values[r]]
     if got.failures:
         why = fanout.describe_failures(got.failures)

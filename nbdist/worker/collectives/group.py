@@ -76,6 +76,14 @@ class LocalGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 (the C++ name)
         return NAME
 
+    def _on_gloo(self, name: str, *args, **kwargs):
+        """gloo's ``name``, called from here rather than by torch's C++ group under this one:
+        that call holds the interpreter's lock while it waits on gloo's queue, and gloo's
+        worker thread, freeing the last operation's tensors, waits for that lock with the
+        queue held (a deadlock, seen: a broadcast after a broadcast hung). Called from
+        Python, gloo's binding lets the lock go first."""
+        return getattr(self._gloo, name)(*args, **kwargs)
+
     def stop(self, why: str) -> None:
         """Stop every rank's shared-memory calls at once, each saying ``why`` (gloo's part is
         shut with its sockets)."""
@@ -86,6 +94,16 @@ class LocalGroup(dist.ProcessGroup):
         """torch's abort of every group (``rendezvous.abort``) reaches the shared memory too."""
         self.stop("the group was aborted")
         super().abort()
+
+
+#: The operations torch's C++ group would hand gloo itself (see ``LocalGroup._on_gloo``).
+_ON_GLOO = (
+    "broadcast", "allgather", "_allgather_base", "allgather_coalesced", "allreduce_coalesced",
+    "alltoall", "alltoall_base", "barrier", "gather", "scatter", "reduce", "reduce_scatter",
+    "_reduce_scatter_base", "send", "recv",
+)  # fmt: skip
+for _name in _ON_GLOO:
+    setattr(LocalGroup, _name, functools.partialmethod(LocalGroup._on_gloo, _name))
 
 
 def _slot(size: int) -> int:

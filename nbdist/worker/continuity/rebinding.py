@@ -20,6 +20,7 @@ formation (nothing to do while the same one stands):
 
 from __future__ import annotations
 
+import gc
 import zlib
 
 import torch
@@ -40,6 +41,7 @@ def at_cell_start() -> list[str]:
         return []
     engine.rebound = current
     log, engine.previous_groups = engine.previous_groups, None
+    gc.collect()  # what a rank has let go of is gone on every rank: the same objects remain
     stale = [b for b in engine.bound if b.ref() is not None and b.formation != current]
     same, remakes, shm = _agree(log, stale)
     remade = groups.remake(log) if remakes else {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,14 +39,25 @@ def optimizers_of(model: torch.nn.Module) -> list[torch.optim.Optimizer]:
 
 def agree(model: torch.nn.Module, optimizers: Sequence, group: dist.ProcessGroup) -> bool:
     """Whether every rank of ``group`` holds the same replica of ``model`` (and optimizers)."""
-    sums = [_sums(t) for t in _tensors(model, optimizers)]
-    sums.append(torch.tensor([float(len(sums))], dtype=torch.float64))
-    device = _device(model)
-    mine = torch.cat(sums).to(device)
+    mine = _checksum(model, optimizers)
     low, high = mine.clone(), mine.clone()
     dist.all_reduce(low, op=dist.ReduceOp.MIN, group=group)
     dist.all_reduce(high, op=dist.ReduceOp.MAX, group=group)
     return bool(torch.equal(low, high))
+
+
+def _checksum(model: torch.nn.Module, optimizers: Sequence) -> torch.Tensor:
+    """Four numbers, the same size on every rank whatever it holds (so the all-reduces meet):
+    how many tensors, how many optimizers, and the tensors' sums and sums of squares, each
+    weighted by its place (a value moved from one tensor to another shows)."""
+    device = _device(model)
+    total = torch.zeros(2, dtype=torch.float64, device=device)
+    n = 0
+    for n, t in enumerate(_tensors(model, optimizers), start=1):
+        d = t.detach().to(device=device, dtype=torch.float64)
+        total += torch.stack([d.sum(), d.square().sum()]) * (1.0 + n / 1024)
+    counts = torch.tensor([n, len(optimizers)], dtype=torch.float64, device=device)
+    return torch.cat([counts, total])
 
 
 def make_one(model: torch.nn.Module, optimizers: Sequence, group: dist.ProcessGroup) -> None:
@@ -55,8 +67,9 @@ def make_one(model: torch.nn.Module, optimizers: Sequence, group: dist.ProcessGr
     with torch.no_grad():
         for t in (*model.parameters(), *model.buffers()):
             _broadcast(t.data, first, group, device)
-    for opt in optimizers:
-        _broadcast_optimizer(opt, first, group, device)
+    count = _broadcast_json(len(optimizers), first, group, device)
+    for i in range(count):  # a rank that holds fewer takes the rest into nothing
+        _broadcast_optimizer(optimizers[i] if i < len(optimizers) else None, first, group, device)
 
 
 def _tensors(model: torch.nn.Module, optimizers: Sequence) -> Iterable[torch.Tensor]:
@@ -65,11 +78,6 @@ def _tensors(model: torch.nn.Module, optimizers: Sequence) -> Iterable[torch.Ten
     for opt in optimizers:
         for state in _states(opt):
             yield from (v for _, v in sorted(state.items()) if isinstance(v, torch.Tensor))
-
-
-def _sums(t: torch.Tensor) -> torch.Tensor:
-    d = t.detach().to(torch.float64)
-    return torch.stack([d.sum(), d.square().sum()]).cpu()
 
 
 def _device(model: torch.nn.Module) -> torch.device:
@@ -92,9 +100,12 @@ def _broadcast(t: torch.Tensor, first: int, group, device: torch.device) -> None
     t.copy_(moved)
 
 
-def _broadcast_optimizer(opt: torch.optim.Optimizer, first: int, group, device) -> None:
+def _broadcast_optimizer(opt: torch.optim.Optimizer | None, first: int, group, device) -> None:
     """``first``'s optimizer state and hyperparameters, on every rank of ``group``: its layout
-    as JSON, then each tensor."""
+    as JSON, then each tensor (into scratch where a rank has no such optimizer, or another
+    layout: every rank runs the same broadcasts, whatever it holds)."""
+    if opt is None:
+        opt = torch.optim.SGD([torch.zeros(0, device=device)], lr=0.0)  # scratch: dropped
     params = [p for g in opt.param_groups for p in g["params"]]
     layout = None
     if dist.get_rank() == first:
@@ -115,9 +126,11 @@ def _broadcast_optimizer(opt: torch.optim.Optimizer, first: int, group, device) 
             ],
         }
     layout = _broadcast_json(layout, first, group, device)
-    for g, values in zip(opt.param_groups, layout["groups"], strict=True):
+    for g, values in zip(opt.param_groups, layout["groups"], strict=False):
         g.update(values)
-    for p, described in zip(params, layout["states"], strict=True):
+    missing = len(layout["states"]) - len(params)
+    params += [torch.zeros(0, device=device) for _ in range(missing)]
+    for p, described in zip(params, layout["states"], strict=False):  # first's, in order
         state = opt.state[p] if described else opt.state.get(p, {})
         for key, (kind, *rest) in described.items():
             if kind == "value":
@@ -127,8 +140,8 @@ def _broadcast_optimizer(opt: torch.optim.Optimizer, first: int, group, device) 
             t = state.get(key)
             want = getattr(torch, dtype)
             if not isinstance(t, torch.Tensor) or list(t.shape) != shape or t.dtype != want:
-                device = p.device if shape else torch.device("cpu")  # Adam's step: a CPU scalar
-                t = state[key] = torch.empty(shape, dtype=want, device=device)
+                where = p.device if shape else torch.device("cpu")  # Adam's step: a CPU scalar
+                t = state[key] = torch.empty(shape, dtype=want, device=where)
             _broadcast(t, first, group, device)
         for key in [k for k in state if k not in described]:
             del state[key]
@@ -140,7 +153,7 @@ def _plain(v: object) -> bool:
     )
 
 
-def _broadcast_json(value: object, first: int, group, device: torch.device) -> dict:
+def _broadcast_json(value: object, first: int, group, device: torch.device) -> Any:
     """``value`` (on ``first``) as JSON bytes, broadcast: every rank's copy of it."""
     data = json.dumps(value).encode() if dist.get_rank() == first else b""
     size = torch.tensor([len(data)], dtype=torch.int64, device=device)

@@ -93,9 +93,12 @@ def _once(line: str) -> list[str]:
     return [] if line == said else [line]
 
 
-def bring_back(rank: int) -> list[str]:
-    """Take over rank ``rank``'s state as its last engine kept it (a fresh engine, on the same
-    host); the lines to show. A KeyError when there is none to take."""
+def bring_back(rank: int, survivor: bool = False) -> list[str]:
+    """Take over rank ``rank``'s state as it was kept at the end of its last good cell; the
+    lines to show. A fresh engine (on the same host) takes its lost engine's; a ``survivor`` of
+    a recovery goes back to its own, so that the cell's next attempt starts on every rank where
+    the last good cell left it (names the attempt made are dropped; what could not be kept stays
+    as it is). A KeyError when there is none to take."""
     where = folder()
     path = where / f"rank-{rank}.state" if where is not None else None
     data = _read(path) if path is not None else None
@@ -103,6 +106,10 @@ def bring_back(rank: int) -> list[str]:
         raise KeyError(f"rank {rank} kept no state on this host")
     kept = pickle.loads(data)  # noqa: S301 - this user's own file, checked by _read
     ns = namespace()
+    left = kept["left"]
+    if survivor:
+        for name in set(_names()) - set(kept["names"]) - set(left):
+            del ns[name]
     ns.update(kept["names"])
     for obj, plan in kept["plans"]:
         engine.training_plans[obj] = plan
@@ -112,8 +119,9 @@ def bring_back(rank: int) -> list[str]:
         engine.previous_groups = kept["log"]
     _set_random(kept["random"])
     engine.kept_mark = _fingerprint(_names())
-    left = kept["left"]
-    return [f"nbdist: rank {rank} came back without {_listed(left)}"] if left else []
+    if survivor or not left:
+        return []
+    return [f"nbdist: rank {rank} came back without {_listed(left)}"]
 
 
 # -- what is kept ---------------------------------------------------------------------------------

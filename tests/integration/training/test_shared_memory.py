@@ -137,3 +137,24 @@ def test_a_rank_that_fails_stops_the_rank_waiting_for_it_and_is_named_first(clus
     again = cluster.run(_TRAIN + "n = _train(None)\n(dist.get_backend(n.process_group), "
                         "n.process_group.exchange is not None)")  # fmt: skip
     assert again == ("nbdist_shm", True)
+
+
+def test_operations_gloo_does_for_the_group_never_deadlock(cluster):
+    """A broadcast, all-gather or barrier through the shared-memory group is gloo's: called so
+    that the interpreter's lock is let go while gloo's queue is waited on (torch's own C++
+    call held it, and gloo's worker thread, freeing the last operation's tensors, waited for
+    it: a broadcast after a broadcast hung, within a few hundred)."""
+    from nbdist.config import CellOptions
+
+    code = _TRAIN + (
+        "g = _train(None).process_group\n"
+        "for i in range(3000):\n"
+        "    t = torch.full((16,), float(nbdist.rank()))\n"
+        "    dist.broadcast(t.data, 0, group=g)\n"
+        "    assert t[0] == 0\n"
+        "out = [torch.zeros(2) for _ in range(2)]\n"
+        "dist.all_gather(out, torch.full((2,), float(nbdist.rank())), group=g)\n"
+        "dist.barrier(group=g)\n"
+        "(dist.get_backend(g), [o[0].item() for o in out])"
+    )
+    assert cluster.run(code, CellOptions(timeout=60)) == ("nbdist_shm", [0.0, 1.0])
