@@ -30,7 +30,8 @@ def _scale(seconds: float, n: int = 64, hz: int = 20) -> tuple[float, float, int
     from nbdist.telemetry.store import RunStore
 
     ranks = {
-        r: SimpleNamespace(metadata={"data": {}, "stdout": ""}, outcome=None) for r in range(n)
+        r: SimpleNamespace(metadata={"data": {}, "stdout": ""}, outcome=None, pid=r)
+        for r in range(n)
     }
     stop, sent = threading.Event(), [0]
 

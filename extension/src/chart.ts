@@ -12,7 +12,9 @@
  * - sharp always: the canvas is sized to the chart's displayed width x devicePixelRatio whenever
  *   it changes size or comes into view, and a hidden chart keeps its last real size (never a
  *   guessed one). Colours are read from the page's theme at each drawing, and a theme switch
- *   redraws.
+ *   redraws;
+ * - bands: spans of x shaded and named under the lines (the time a run spent recovering), named
+ *   in the readout too.
  *
  * Text is set as text: labels may come from engines.
  */
@@ -20,9 +22,9 @@ import uPlot from 'uplot';
 
 import { el } from './dom';
 import { axisFormat, columnFormat, fmt, fmtInt } from './format';
-import { finiteTail, ILine, isDecade, join, near } from './plotdata';
+import { finiteTail, IBand, ILine, isDecade, join, near } from './plotdata';
 
-export { ILine } from './plotdata';
+export { IBand, ILine } from './plotdata';
 
 export interface IChartOptions {
   title: string;
@@ -102,6 +104,12 @@ export class MetricChart {
     }
   }
 
+  /** The bands to shade, replacing the last ones: drawn with the next lines (`setLines`). */
+  setBands(bands: IBand[]): void {
+    this._bands = bands;
+    this.node.dataset.bands = String(bands.length);
+  }
+
   /** Bring the line labelled `label` forward, the others dimmed; null: all alike again. */
   focus(label: string | null): void {
     const plot = this._plot;
@@ -126,7 +134,7 @@ export class MetricChart {
     this._pending = null;
     this.node.dataset.lines = String(lines.filter(l => l.x.length).length);
     const shape = lines
-      .map(l => `${l.label}|${l.colour}|${l.width}|${l.alpha}|${l.dash}`)
+      .map(l => `${l.label}|${l.colour}|${l.width}|${l.alpha}|${l.dash}|${l.gaps}`)
       .join('\n');
     this._lines = lines;
     this._data = join(lines);
@@ -255,7 +263,7 @@ export class MetricChart {
           width: l.width ?? 1,
           alpha: l.alpha ?? 1,
           dash: l.dash,
-          spanGaps: true,
+          spanGaps: !l.gaps,
           points: { show: false }
         }))
       ],
@@ -279,10 +287,44 @@ export class MetricChart {
         }
       },
       hooks: {
+        drawAxes: [u => this._drawBands(u)],
         setSelect: [u => this._zoom(u)],
         setCursor: [u => this._showReadout(u.cursor.idx ?? null)]
       }
     };
+  }
+
+  /** The bands, shaded over the grid and under the lines, each named at its foot (a line from
+   * zero runs high): inside it when it is wide enough, else beside it. `data-band-px`: each
+   * one's left and right edge on the canvas (the browser tests read the pixels between). */
+  private _drawBands(u: uPlot): void {
+    const ctx = u.ctx;
+    const { left, top, width, height } = u.bbox;
+    const pad = 4 * uPlot.pxRatio;
+    const edges: string[] = [];
+    ctx.save();
+    ctx.font = FONT.replace('11px', `${Math.round(11 * uPlot.pxRatio)}px`);
+    ctx.textBaseline = 'bottom';
+    ctx.textAlign = 'left'; // (uPlot's axes leave theirs)
+    for (const band of this._bands) {
+      const x0 = Math.max(left, u.valToPos(band.from, 'x', true));
+      const x1 = Math.min(left + width, u.valToPos(band.to, 'x', true));
+      if (!(x1 > x0)) {
+        continue;
+      }
+      edges.push(`${Math.round(x0)}-${Math.round(x1)}`);
+      ctx.fillStyle = band.colour;
+      ctx.globalAlpha = 0.2;
+      ctx.fillRect(x0, top, x1 - x0, height);
+      ctx.globalAlpha = 1;
+      const text = ctx.measureText(band.label).width;
+      const inside = text + 2 * pad <= x1 - x0;
+      const after = x1 + pad + text <= left + width;
+      const x = inside ? x0 + pad : after ? x1 + pad : x0 - pad - text;
+      ctx.fillText(band.label, x, top + height - pad);
+    }
+    ctx.restore();
+    this.node.dataset.bandPx = edges.join(' ');
   }
 
   /** asinh's linear band: below the smallest magnitude shown, so decades above it spread out. */
@@ -349,6 +391,10 @@ export class MetricChart {
         parts.push(`min ${this._format(Math.min(...ys))}`, `max ${this._format(Math.max(...ys))}`);
       }
     }
+    const band = this._bands.find(b => b.from <= xs[at] && xs[at] <= b.to);
+    if (band) {
+      parts.push(band.label);
+    }
     if (this._range) {
       parts.push('double-click to see all');
     }
@@ -364,6 +410,7 @@ export class MetricChart {
   private _plotBox: HTMLElement;
   private _plot: uPlot | null = null;
   private _lines: ILine[] = [];
+  private _bands: IBand[] = [];
   private _data: uPlot.AlignedData = [[]];
   private _shape = '';
   private _positive = true;

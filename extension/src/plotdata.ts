@@ -16,6 +16,18 @@ export interface ILine {
   alpha?: number;
   /** Dashes, as the canvas' setLineDash takes them (a stopped trial's line). */
   dash?: number[];
+  /** A null of its own breaks the line (no line is drawn across it); else it is drawn across.
+   * For a line alone on its chart: `join` puts nulls where other lines have points. */
+  gaps?: boolean;
+}
+
+/** A span of x shaded on a chart, and named: the time a run spent recovering. */
+export interface IBand {
+  from: number;
+  to: number;
+  label: string;
+  /** A CSS colour. */
+  colour: string;
 }
 
 /**
@@ -49,6 +61,34 @@ export function join(lines: ILine[]): uPlot.AlignedData {
     return ys;
   });
   return [xs, ...columns];
+}
+
+/**
+ * A line's points with none across the bands: those inside a band dropped, a null at each band's
+ * start and end (drawn with `gaps`, the line stops at the band and starts again after it; the x
+ * axis reaches the band's end even before a point does). `bands` in x order.
+ */
+export function broken(
+  line: { x: ArrayLike<number>; y: ArrayLike<number | null> },
+  bands: IBand[]
+): { x: number[]; y: (number | null)[] } {
+  const x: number[] = [];
+  const y: (number | null)[] = [];
+  let b = 0;
+  for (let i = 0; i <= line.x.length; i++) {
+    const at = i < line.x.length ? line.x[i] : Infinity;
+    while (b < bands.length && bands[b].from <= at) {
+      x.push(bands[b].from, bands[b].to);
+      y.push(null, null);
+      b++;
+    }
+    const inside = bands.some(band => band.from <= at && at <= band.to);
+    if (i < line.x.length && !inside) {
+      x.push(at);
+      y.push(line.y[i]);
+    }
+  }
+  return { x, y };
 }
 
 /** The value at `idx` of a column, or the nearest one within a few points (decimated lines

@@ -39,7 +39,8 @@ RUN_STATUSES = ("running", "ok", "failed", "interrupted", "stopped", "lost")
 
 #: Event kinds nbdist records: engine events (``checkpoint``, ``resumed``, ``fresh``: a run that
 #: moved an earlier run's checkpoints aside, ``sync`` with the ranks' drift), verdicts on ranks,
-#: recovery's (``failure``, ``restart``), phase changes, and the run's end (its status).
+#: recovery's (``failure``, ``restart``, ``replaced``: a rank's fresh engine at work), phase
+#: changes, and the run's end (its status).
 EVENT_KINDS = (
     "checkpoint",
     "resumed",
@@ -52,12 +53,17 @@ EVENT_KINDS = (
     "recovered",
     "failure",
     "restart",
+    "replaced",
     "phase",
     "finished",
     "failed",
     "interrupted",
     "stopped",
 )
+#: The events that tell how a run failed and recovered (a rank died or raised, recovery's phase,
+#: the restart, the fresh engine): a board keeps them in view, never pushed out by the latest
+#: ordinary events (a run's many ``checkpoint`` and ``sync`` events).
+RECOVERY_KINDS = frozenset({"died", "failed", "failure", "phase", "restart", "replaced"})
 
 
 def key(pid: int, seq: int) -> str:

@@ -88,7 +88,7 @@ def test_a_rank_that_raised_is_failed_and_its_peers_stopped():
         (ev.STOPPED, None),
     ]
     col = Collector([0, 1], CFG, clock=lambda: 1000.0)
-    feeds = {r: SimpleNamespace(metadata={"stdout": ""}, outcome=o) for r, o in out[:2]}
+    feeds = {r: SimpleNamespace(metadata={"stdout": ""}, outcome=o, pid=r) for r, o in out[:2]}
     col.poll(feeds)
     col.update_states()
     seen = [(e.kind, e.rank, e.message) for e in col.take_news().events]
@@ -130,7 +130,7 @@ def test_the_collector_ignores_what_is_not_a_batch_of_its_version():
     rec = MetricRecord(1.0, 0, 0.5, None, None, None)
     good, old = Batch(0, 1, 1.0, [rec]), Batch(0, 2, 1.0, [rec], v=ev.VERSION + 1)
     data = {ev.key(9, 1): good, ev.key(9, 2): old, ev.key(9, 3): {"v": ev.VERSION}, "x": 1}
-    rk = SimpleNamespace(metadata={"data": data, "stdout": ""}, outcome=None)
+    rk = SimpleNamespace(metadata={"data": data, "stdout": ""}, outcome=None, pid=9)
     assert col.poll({0: rk}) == 1 and col.records == 1
     assert data == {"x": 1}  # nbdist's keys are popped, read or not; others are left alone
 
@@ -149,7 +149,7 @@ def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
 
     seconds = 3.0
     ranks = {
-        r: SimpleNamespace(rank=r, metadata={"data": {}, "stdout": ""}, outcome=None)
+        r: SimpleNamespace(rank=r, metadata={"data": {}, "stdout": ""}, outcome=None, pid=r)
         for r in range(n)
     }
     store = RunStore(tmp_path / "runs.sqlite")
@@ -205,7 +205,7 @@ def test_collector_keeps_up_with_many_ranks(tmp_path, n, hz):
 def test_the_watch_is_the_runs_observer_and_shows_its_phases(tmp_path):
     """Recovery reaches the dashboard at once and the store keeps it as events."""
     store = RunStore(tmp_path / "runs.sqlite")
-    rk = SimpleNamespace(metadata={"data": {}, "stdout": ""}, outcome=None)
+    rk = SimpleNamespace(metadata={"data": {}, "stdout": ""}, outcome=None, pid=1)
     mon = _sim_watch(1, store)
     mon.on_phase(Phase.STARTING, Phase.RUNNING)
     where = ev.MeshCoords(("pp", "dp"), (2, 1), (1, 0))  # the rank's place in its mesh

@@ -70,3 +70,44 @@ def test_numbers_and_durations_read_the_same_in_the_browser_and_the_kernel(tmp_p
     assert js["fmt"][6] == "123,500" and js["int"][10] == "3,079"
     # one format per column: never 0.001658 beside 2.90e-4
     assert js["col"] == ["1.66e-3", "2.90e-4", "5.00e-1"]
+
+
+def test_the_browser_keeps_the_same_events_in_view_as_the_kernel(tmp_path):
+    """A recovery's events stay in view in the browser as in the kernel's history and picture:
+    the latest ordinary events, and beside them those that tell a failure or a recovery, however
+    many ordinary ones came after (``shown.in_view`` and the board's ``inView``)."""
+    from nbdist.notebook.board.shown import event_dict, in_view
+    from nbdist.telemetry.events import RunEvent
+
+    rng = random.Random(2)
+    kinds = ["checkpoint", "sync", "slow", "recovered", "died", "failure", "phase", "restart"]
+    events = [RunEvent(float(i), rng.choice(kinds), rng.choice([None, 0, 1]), f"e{i}", None)
+              for i in range(400)]  # fmt: skip
+    sent = [event_dict(e) for e in events]
+    js = _node(
+        tmp_path,
+        "const es = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "console.log(JSON.stringify([8, 50].map(n => m.inView(es, n).map(e => e.message))));",
+        json.dumps(sent),
+    )
+    kept = [e.message for e in events if e.kind in ("died", "failure", "phase", "restart")]
+    for latest, shown in zip([8, 50], js, strict=True):
+        assert shown == [e.message for e in in_view(events, latest)]
+        assert len(shown) == latest + 24 and [m for m in shown if m in kept] == kept[-24:]
+        assert shown[-1] == events[-1].message
+
+
+def test_no_samples_per_second_is_drawn_across_the_time_spent_recovering(tmp_path):
+    """The samples/s line as the board draws it: no point inside a band, and a point with no
+    value at each band's edges, so the line stops at the band and starts again after it."""
+    js = _node(
+        tmp_path,
+        "const line = {x: [1, 2, 3, 4, 9, 10], y: [5, 6, 7, 8, 9, 10]};"
+        "const bands = [{from: 3, to: 8.5, label: 'recovering', colour: 'red'},"
+        " {from: 10.5, to: 12, label: 'recovering', colour: 'red'}];"
+        "console.log(JSON.stringify(m.broken(line, bands)));",
+    )
+    assert js == {
+        "x": [1, 2, 3, 8.5, 9, 10, 10.5, 12],
+        "y": [5, 6, None, None, 9, 10, None, None],
+    }

@@ -8,16 +8,23 @@ import math
 import random
 import re
 import time
+from types import SimpleNamespace
 
 import pytest
 from front_end import Clock
 
-from nbdist.config import TelemetryConfig
+from nbdist.config import CellOptions, TelemetryConfig
 from nbdist.notebook.board.collector import Collector
 from nbdist.notebook.board.dashboard import Dashboard
+from nbdist.notebook.run.observers.assembly import assemble
+from nbdist.notebook.run.observers.base import Phase
+from nbdist.notebook.run.observers.dashboard import Board
+from nbdist.protocol import CellOutcome
 from nbdist.telemetry import curves
+from nbdist.telemetry import events as ev
 from nbdist.telemetry.curves import Curve, Outbox, minmax
 from nbdist.telemetry.events import Batch, HealthSample, MeshCoords, MetricRecord, RunEvent
+from nbdist.telemetry.store import RunStore
 
 
 @pytest.fixture
@@ -181,3 +188,127 @@ def test_each_ranks_place_in_the_mesh_is_a_column_per_dimension(shown):
     headings = re.findall(r'font-weight="bold">([^<]*)</text>', svg)
     assert "dp" in headings and "tp" in headings and "pp" not in headings
     assert headings.index("dp") < headings.index("tp")  # outermost first
+
+
+# -- a recovery, told as one story ---------------------------------------------------------------
+def _attempt(pids: dict[int, int]) -> dict:
+    """One attempt's feeds, as the supervisor hands them to the watch (a new one each attempt)."""
+    return {r: SimpleNamespace(metadata={"data": {}, "stdout": ""}, outcome=None, pid=pid)
+            for r, pid in pids.items()}  # fmt: skip
+
+
+def _send(feed, rank: int, t: float, steps: range, events=()) -> None:
+    """What ``rank``'s engine sends at ``t``: a record per step, 8 samples each, and events."""
+    recs = [MetricRecord(t, s, 1.0 / (s + 1), 8, 60, None) for s in steps]
+    seq = round(t * 1000)
+    batch = Batch(rank, seq, t, recs, HealthSample(t, "h", feed.pid), events=list(events))
+    feed.metadata["data"][ev.key(feed.pid, seq)] = batch
+
+
+def test_after_a_recovery_the_board_tells_one_story(no_front_end, tmp_path):
+    """Rank 1's engine dies mid-cell, recovery puts a fresh one in its place and the cell runs
+    again to the end. The board then says one thing: every rank done (not rank 1 dead and its
+    peer stopped), rank 1 on its new pid with its history kept; the events that tell the failure
+    and the recovery kept in view, however many ordinary ones came after; the time spent
+    recovering a span of its own, with no samples/s inside it, a band in the picture."""
+    w = assemble("nbdist.report(...)", CellOptions(), [0, 1], store_at=RunStore(tmp_path / "r"),
+                 cfg=TelemetryConfig(silent_after=30.0))  # fmt: skip
+    clock = w.collector.clock = Clock(w.collector.started)
+    w.on_phase(Phase.STARTING, Phase.RUNNING)
+    first = _attempt({0: 100, 1: 101})
+    for t in range(1, 6):  # five seconds of training, two steps a second on each rank
+        clock.now = w.collector.started + t
+        for r in (0, 1):
+            _send(first[r], r, clock.now, range(2 * t - 2, 2 * t))
+        w.poll(first)
+    died = clock.now
+    first[1].outcome = CellOutcome("died", died, summary="engine process killed by SIGKILL")
+    first[0].outcome = CellOutcome("error", died, summary="RuntimeError: Connection closed by peer")
+    w.poll(first)
+    w.on_event("failure", 1, "engine process killed by SIGKILL", {"cause": "died"})
+    clock.now += 1
+    w.on_phase(Phase.RUNNING, Phase.RECOVERING)
+    board = w.find(Board).dashboard
+    assert board.head["status"] == "recovering" and board.head["rate"] is None
+    assert [(r["state"], r["pid"]) for r in board.rows] == [("stopped", 100), ("dead", 101)]
+    clock.now += 8  # eight seconds to get a fresh engine and its state back
+    w.on_event("restart", None, "restart 1: resuming", {"restarts": 1})
+    w.on_phase(Phase.RECOVERING, Phase.RUNNING)
+    again = _attempt({0: 100, 1: 201})
+    noise = [ev.EventRecord(clock.now, "checkpoint", "written", None)] * 60
+    for t in range(1, 6):  # from the checkpoint of step 8 to the end, step 17
+        clock.now += 1
+        for r in (0, 1):
+            _send(again[r], r, clock.now, range(6 + 2 * t, 8 + 2 * t), noise if t == 3 else ())
+        w.poll(again)
+        w.tick()
+    live = {r["rank"]: r for r in board.rows}
+    assert [live[r]["state"] for r in (0, 1)] == ["ok", "ok"]  # running again, both
+    assert (live[1]["pid"], live[1]["replaced"], live[0]["replaced"]) == (201, [101], [])
+    for feed in again.values():
+        feed.outcome = CellOutcome("ok", clock.now)
+    w.poll(again)
+    w.on_phase(Phase.RUNNING, Phase.FINISHED)
+    w.close("ok")
+
+    rows = board.widget.history["rows"]
+    assert [(r["state"], r["pid"], r["replaced"], r["steps"]) for r in rows] == [
+        ("done", 100, [], 18),
+        ("done", 201, [101], 18),
+    ]
+    assert w.collector.ranks[1].samples == 8 * (10 + 10)  # both attempts' samples: its history
+    assert len(w.collector.series.ranks["loss"][1]) > 0
+    kinds = [(e["kind"], e["rank"]) for e in board.widget.history["events"]]
+    story = [("died", 1), ("failure", 1), ("phase", None), ("restart", None), ("phase", None),
+             ("replaced", 1)]  # fmt: skip
+    assert [k for k in kinds if k[0] != "checkpoint"] == [*story, ("finished", None)]
+    assert kinds.count(("checkpoint", 0)) + kinds.count(("checkpoint", 1)) == 49  # + finished
+    replaced = next(e for e in w.events if e.kind == "replaced")
+    assert replaced.message == "a fresh engine (pid 201) in place of pid 101"
+    # the time spent recovering: from the phase's start to its end, no samples/s inside it
+    [(start, end)] = board.recovering
+    assert (start, end) == (pytest.approx(died + 1 - w.collector.started), start + 8)
+    assert board.widget.history["recovering"] == [[start, end]]
+    assert not [x for x in board.rate.x if start <= x <= end]
+    assert [x for x in board.rate.x if x < start] and [x for x in board.rate.x if x > end]
+    svg = no_front_end.handle.updates[-1]["image/svg+xml"]
+    assert ">recovering</text>" in svg and ">201 \u21bb</text>" in svg
+    assert ">replaced rank 1: a fresh engine (pid 201) in place of pid 101</text>" in svg
+    assert {h["rank"]: h["state"] for h in RunStore(tmp_path / "r").health(w.run_id)} == {
+        0: "done",
+        1: "done",
+    }
+
+
+def test_a_new_attempt_is_judged_from_its_own_start(no_front_end):
+    """A rank of the next attempt is neither silent nor past the progress deadline for the time
+    the recovery took: its quiet time counts from the attempt's start, and its samples/s from the
+    attempt's first record."""
+    clock = Clock(1000.0)
+    col = Collector([0], TelemetryConfig(silent_after=5.0), clock=clock)
+    first = _attempt({0: 100})
+    _send(first[0], 0, 1000.0, range(10))
+    col.poll(first)
+    clock.now = 1030.0  # thirty seconds of recovery
+    again = _attempt({0: 200})
+    col.poll(again)
+    col.update_states()
+    st = col.ranks[0]
+    assert (st.state, st.since, st.last_record, st.pid, st.replaced) == (
+        "ok",
+        1030.0,
+        None,
+        200,
+        [100],
+    )
+    assert col.samples_per_s() is None  # nothing of this attempt yet
+    _send(again[0], 0, 1031.0, range(8, 10))
+    _send(again[0], 0, 1032.0, range(10, 12))
+    clock.now = 1032.0
+    col.poll(again)
+    col.update_states()
+    assert st.state == "ok" and st.step == 11 and st.samples == 8 * 14
+    assert col.samples_per_s() == pytest.approx(32 / 1.0)  # this attempt's, not across the gap
+    clock.now = 1040.0
+    col.update_states()
+    assert st.state == "silent"  # eight seconds with no news, in this attempt

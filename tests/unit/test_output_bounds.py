@@ -77,7 +77,7 @@ def test_a_bar_redrawn_without_end_holds_one_redraw():
 def test_the_board_keeps_the_last_lines_not_the_output():
     col = Collector([0])
     text = "".join(f"line {i}\n" for i in range(5 * MB // 10)) + "z" * (MB // 2) + "\npartial"
-    rank = SimpleNamespace(metadata={"stdout": text, "data": {}}, outcome=None)
+    rank = SimpleNamespace(metadata={"stdout": text, "data": {}}, outcome=None, pid=1)
     before = sys.getrefcount(text)
     col.poll({0: rank})
     st = col.ranks[0]

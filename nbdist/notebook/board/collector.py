@@ -7,10 +7,13 @@ there; popping means nothing is read twice and nothing is overwritten), folds th
 to what arrived, so 64 ranks reporting 20 times a second cost the kernel little.
 
 Each rank's state is judged by ``health.classify`` (a pure function), its output read as lines
-by ``lines``. Every metric the ranks report is folded into ``series`` (per rank and their
-mean, bounded). The records are ``telemetry.events``'s: ``Batch`` in; what was folded and nobody
-has been told yet (``News``: ``MetricRecord``s, ``RunEvent``s, settled means) out, taken by the
-run's watch (``run.observers.watch``) with ``take_news``. The collector calls nobody.
+by ``lines``. Each attempt of the run (its first, and each after a recovery: the cell runs again)
+hands the collector new feeds: a rank whose feed is new begins its attempt afresh
+(``RankState.again``), its history kept; a new engine in its place is told as a ``replaced``
+event. Every metric the ranks report is folded into ``series`` (per rank and their mean,
+bounded). The records are ``telemetry.events``'s: ``Batch`` in; what was folded and nobody has
+been told yet (``News``: ``MetricRecord``s, ``RunEvent``s, settled means) out, taken by the run's
+watch (``run.observers.watch``) with ``take_news``. The collector calls nobody.
 """
 
 from __future__ import annotations
@@ -35,12 +38,14 @@ _RATE_WINDOW = 5.0  # seconds of records behind samples/s and the ETA
 
 
 class RankFeed(Protocol):
-    """A running rank as the collector reads it (the supervisor's ``RankRun``): ``metadata``
-    holds what its engine has sent so far (output, telemetry batches, added by ipyparallel's I/O
-    thread); ``outcome``, once known, how its cell ended."""
+    """A running rank as the collector reads it (the supervisor's ``RankRun``, one per attempt):
+    ``metadata`` holds what its engine has sent so far (output, telemetry batches, added by
+    ipyparallel's I/O thread); ``outcome``, once known, how its cell ended; ``pid``, its
+    engine's."""
 
     metadata: dict
     outcome: CellOutcome | None
+    pid: int
 
 
 @dataclass
@@ -75,21 +80,26 @@ class Collector:
         self.total = total
         self.first_step: int | None = None
         self.series = RunSeries(_MAX_POINTS)  # every metric, per rank and the mean over ranks
-        self.first_record: float | None = None  # engine time
+        self.first_record: float | None = None  # engine time, of the attempt under way
         self.rate_window: deque = deque()  # (engine time, samples) across ranks
         self._window_sum = 0.0  # samples in rate_window
         self.batches = 0
         self.records = 0
         self._news = News()
+        self._feeds: dict[int, RankFeed] = {}  # each rank's feed of the attempt under way
 
     # -- input ------------------------------------------------------------------------------
     def poll(self, ranks: Mapping[int, RankFeed]) -> int:
         """Take what arrived from the supervisor's ranks; return the number of batches read."""
         n = 0
+        if any(self._feeds.get(r, rk) is not rk for r, rk in ranks.items()):
+            self.first_record = None  # the run's next attempt: samples/s counts from its start
         for r, rk in ranks.items():
             st = self.ranks.get(r)
             if st is None:
                 st = self.ranks[r] = RankState(r, log=deque(maxlen=self.cfg.log_lines))
+            if self._feeds.get(r) is not rk:
+                self._attempt(st, rk)
             md = rk.metadata
             data = md.get("data")
             if data:
@@ -104,6 +114,19 @@ class Collector:
                 st.outcome, st.error = ending(r, out)
                 st.profile = out.profile
         return n
+
+    def _attempt(self, st: RankState, rk: RankFeed) -> None:
+        """``rk`` is ``st``'s feed from now on: an attempt begins on it (after the run's first,
+        its next: recovery runs the cell again)."""
+        first = self._feeds.get(st.rank) is None
+        self._feeds[st.rank] = rk
+        if first:
+            st.pid = st.pid or rk.pid
+            return
+        if st.again(self.clock(), rk.pid):
+            old, new = st.replaced[-1], st.pid
+            line = f"a fresh engine (pid {new}) in place of pid {old}"
+            self._event("replaced", st.rank, line, {"pid": new, "old_pid": old})
 
     def ingest(self, rank: int, batch: Batch) -> None:
         """Fold one batch from ``rank`` (the supervisor's rank, which names it) into the state."""
@@ -202,12 +225,13 @@ class Collector:
         return min(steps) + (1 if self.first_step == 0 else 0)
 
     def samples_per_s(self) -> float | None:
-        """Samples per second across ranks over the last few seconds of records."""
+        """Samples per second across ranks over the last few seconds of the attempt's records
+        (None before its first)."""
         w = self.rate_window
-        if not w:
+        if not w or self.first_record is None:
             return None
         end = max(s.last_record or 0 for s in self.ranks.values())
-        while w and w[0][0] < end - _RATE_WINDOW:
+        while w and w[0][0] < max(end - _RATE_WINDOW, self.first_record):
             self._window_sum -= w.popleft()[1]
         span = min(_RATE_WINDOW, end - self.first_record)
         return self._window_sum / span if span > 0.05 else None

@@ -16,81 +16,39 @@ nbconvert, a notebook reopened without a kernel) show. When no front end draws t
 output is a line of text until the cell ends, then the picture, and an update costs the kernel
 one samples/s figure (kept for the picture) instead of a message to nobody.
 
+After a recovery the board tells one story: the time spent recovering is a span of its own
+(``recovering``), a band on the samples/s chart with no line drawn across it; a rank's fresh
+engine is the same row, running again, and the events that tell the failure and the recovery
+stay in view whatever follows (``shown``).
+
 Everything here is plain data: numbers are finite or None (a NaN loss travels as the text
 "nan"), and text from engines is sent as text; the browser sets it with ``textContent``.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 from ...config import TelemetryConfig
 from ...telemetry.curves import Curve, Outbox, decimated
-from ...telemetry.events import MESH_DIMENSIONS, RunEvent
+from ...telemetry.events import RunEvent
 from ...telemetry.format import fmt, fmt_duration
 from ...telemetry.series import RunSeries
 from . import picture
 from .collector import Collector
-from .health import RankState
+from .shown import event_dict, in_view, number, rank_row
 
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
 # points of a metric in a history (its mean's, and shared among its ranks' curves): the loss
 # chart is the large one; the others are small multiples (and the browser keeps adding points)
 _HISTORY_POINTS = 2000
 _HISTORY_POINTS_OTHER = 500
-_EVENTS_KEPT = 50
+_EVENTS_KEPT = 50  # ordinary events in a history (beside those of the run's recoveries)
+_EVENTS_PICTURED = 5
 #: Count the bytes sent to the browser (``Dashboard.sent_bytes``): a benchmark's question, which
 #: costs a JSON encoding of every message again, so off unless asked.
 COUNT_BYTES = False
-
-
-def _num(x: Any) -> float | int | None:
-    """A number JSON can carry: finite, or None."""
-    if x is None or isinstance(x, bool):
-        return None
-    if isinstance(x, int):
-        return x
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
-def rank_row(st: RankState, now: float, zero_based: bool) -> dict:
-    """One worker-table row, as plain data (the browser and the final picture share it).
-    ``steps``: the steps this rank has done, counted as the run's progress is."""
-    h = st.health  # a HealthSample, or None before the first
-    loss: Any = st.nonfinite if st.nonfinite is not None else _num(st.loss)
-    return {
-        "rank": st.rank,
-        "host": st.host or "",
-        "state": st.state,
-        "error": st.error,
-        "steps": None if st.step is None else st.step + (1 if zero_based else 0),
-        "loss": loss,
-        "step_ms": _num(st.step_time and st.step_time * 1000),
-        "cpu": _num(h and h.cpu),
-        "rss_mb": _num(h and h.rss and h.rss / 2**20),
-        "gpu_util": _num(h and h.gpu_util),
-        "gpu_mb": _num(h and h.gpu_mem and h.gpu_mem / 2**20),
-        "comm": _num(h and h.comm_share is not None and h.comm_share * 100),
-        # its coordinates in its nbdist.mesh, a column per dimension: "0/2" (None without)
-        **{dim: h.mesh.of(dim) if h and h.mesh else None for dim in MESH_DIMENSIONS},
-        "stage": str(h.pipeline) if h and h.pipeline else None,  # a pipeline's: "0/2", "1/2 r1"
-        "idle": _num(h and h.idle_share is not None and h.idle_share * 100),
-        # whole seconds: a row is sent again when something a person would notice changed;
-        # an ended rank is not quiet, it is done
-        "quiet": None
-        if st.last_seen is None or st.outcome is not None
-        else round(max(0.0, now - st.last_seen)),
-    }
-
-
-def event_dict(e: RunEvent) -> dict:
-    return {"time": e.time, "kind": str(e.kind), "rank": e.rank, "message": str(e.message or "")}
 
 
 class Dashboard:
@@ -121,6 +79,9 @@ class Dashboard:
         self.sent_bytes = 0  # what the kernel sent the browser, when COUNT_BYTES (benchmarks)
         self.rate = Curve(2000)  # (seconds since start, samples/s), from the first figure on
         self._rate_out = Outbox()
+        # the spans spent recovering, [from, to] in seconds since the start (to: None while on)
+        self.recovering: list[list] = []
+        self._recovering_sent: list[list] = []
         self._rows: dict[int, dict] = {}
         self._rows_sent: dict[int, dict] = {}
         self._events_sent = 0
@@ -169,11 +130,13 @@ class Dashboard:
         ``now``: the time the head's elapsed time is taken at (the run's end, at the end)."""
         now = col.clock() if now is None else now
         self.updates += 1
-        rate = col.samples_per_s()
+        at = round(now - col.started, 3)
+        recovering = self._note_recovery(status, at)
+        rate = None if recovering else col.samples_per_s()  # none while no attempt runs
         if rate is not None and col.records != self._records_seen:  # a new figure, not a repeat
             self._records_seen = col.records
-            self.rate.add(round(now - col.started, 3), rate)
-            self._rate_out.add(round(now - col.started, 3), rate)
+            self.rate.add(at, rate)
+            self._rate_out.add(at, rate)
         if self.widget is None and not final:
             return  # nobody draws it: the picture at the end needs the rows of then alone
         t0 = time.perf_counter()
@@ -196,15 +159,27 @@ class Dashboard:
                 self.sent_bytes += _size(delta) if COUNT_BYTES else 0
         self.seconds += time.perf_counter() - t0
 
+    def _note_recovery(self, status: str, at: float) -> bool:
+        """Open a span spent recovering as the run enters recovery, close it as it leaves
+        (running again, or ended); whether it is recovering."""
+        spans = self.recovering
+        going = bool(spans) and spans[-1][1] is None
+        recovering = status == "recovering"
+        if recovering and not going:
+            spans.append([at, None])
+        elif going and not recovering:
+            spans[-1][1] = at
+        return recovering
+
     def _head(self, col: Collector, status: str, now: float, rate: float | None) -> dict:
         return {
             "title": self.title,
             "status": status,
             "steps": col.done(),
             "total": col.total,
-            "eta": _num(col.eta()) if status == "running" else None,
-            "rate": _num(rate),
-            "mean_loss": _num(col.mean_loss()),
+            "eta": number(col.eta()) if status == "running" else None,
+            "rate": number(rate),
+            "mean_loss": number(col.mean_loss()),
             "elapsed": round(now - col.started, 1),
             "ranks": len(col.ranks),
             "dropped": col.series.dropped,  # metrics past the charted limit
@@ -240,6 +215,8 @@ class Dashboard:
         if len(events) > self._events_sent:
             out["events"] = [event_dict(e) for e in events[self._events_sent :]]
             self._events_sent = len(events)
+        if self.recovering != self._recovering_sent:
+            out["recovering"] = self._recovering_sent = [list(s) for s in self.recovering]
         moved = {r: tail for r, tail in self._logs(col).items() if self._logs_sent.get(r) != tail}
         if moved:
             out["logs"] = {str(r): list(tail) for r, tail in moved.items()}
@@ -253,6 +230,7 @@ class Dashboard:
         self._rate_out.take()
         self._rows_sent = dict(self._rows)
         self._events_sent = len(events)
+        self._recovering_sent = [list(s) for s in self.recovering]
         self._logs_sent = self._logs(col)
         series = col.series
         self.seq += 1
@@ -262,7 +240,8 @@ class Dashboard:
             "metrics": {name: _history_of(series, name) for name in series.names},
             "rate": decimated(self.rate, 1000),
             "rows": self.rows,
-            "events": [event_dict(e) for e in events[-_EVENTS_KEPT:]],
+            "events": [event_dict(e) for e in in_view(events, _EVENTS_KEPT)],
+            "recovering": self._recovering_sent,
             "logs": {str(r): list(tail) for r, tail in self._logs_sent.items()},
             "profile": self.profile,
         }
@@ -299,7 +278,8 @@ class Dashboard:
             },
             rate=(self.rate.x, self.rate.y),
             rows=self.rows,
-            events=[(e.kind, e.rank, e.message) for e in events[-5:]],
+            events=[(e.kind, e.rank, e.message) for e in in_view(events, _EVENTS_PICTURED)],
+            recovering=[(a, b) for a, b in self.recovering if b is not None],
         )
         if self._handle is not None:
             self._handle.update(self._bundle(svg), raw=True)

@@ -1,11 +1,12 @@
 """The dashboard as one SVG picture, made when a cell ends, for renderers without widgets.
 
 A saved notebook, GitHub, nbviewer, or a front end without the widget show this picture of the
-finished board: the loss (each rank and their mean), samples/s, up to six more metrics, the
-workers and the last events. It is written as text here, with no plotting library: the kernel
-spends a few milliseconds on it, where drawing it with matplotlib took a third of a second of
-its CPU (and its import, once, a second more) at the end of every cell. Text from engines
-(metric names, hosts, messages) is escaped: it shows as text, never as markup.
+finished board: the loss (each rank and their mean), samples/s (the time spent recovering a
+band, with no line across it), up to six more metrics, the workers and the last events. It is
+written as text here, with no plotting library: the kernel spends a few milliseconds on it, where
+drawing it with matplotlib took a third of a second of its CPU (and its import, once, a second
+more) at the end of every cell. Text from engines (metric names, hosts, messages) is escaped: it
+shows as text, never as markup.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ _STATE_COLOURS = {"ok": "#2e7d32", "slow": "#ef6c00", "silent": "#9e9d24", "dead
 #: The workers table: (row key, heading, format); a mesh's and a pipeline's columns only when
 #: some rank has a value.
 _COLUMNS = (
-    ("rank", "rank", "d"), ("host", "host", ""), ("state", "state", ""), ("steps", "steps", ","),
+    ("rank", "rank", "d"), ("host", "host", ""), ("pid", "pid", "pid"), ("state", "state", ""),
+    ("steps", "steps", ","),
     ("loss", "loss", ".4g"), ("step_ms", "step ms", ".0f"), ("cpu", "cpu %", ".0f"),
     ("rss_mb", "rss MB", ".0f"), ("gpu_util", "gpu %", ".0f"), ("gpu_mb", "gpu MB", ".0f"),
     ("comm", "comm %", ".0f"), ("pp", "pp", ""), ("dp", "dp", ""), ("tp", "tp", ""),
@@ -38,6 +40,7 @@ _COLUMNS = (
 _OPTIONAL = ("pp", "dp", "tp", "stage", "idle")
 _TABLE_ROWS = 16
 _ROW_H = 17
+_BAND = "#ef6c00"  # the time spent recovering, as the board's "recovering" badge
 
 Curve = tuple[Sequence[float], Sequence[float]]  # (x, y)
 
@@ -49,18 +52,22 @@ def dashboard_svg(
     rate: Curve,
     rows: list[dict],
     events: list[tuple[str, int | None, str]],
+    recovering: Sequence[tuple[float, float]] = (),
 ) -> str:
     """The finished board as an SVG document. ``metrics``: ``{name: ([(rank, steps, values)],
     (steps, mean))}``; ``rate``: samples/s over seconds; ``rows``: the workers table's rows;
-    ``events``: (kind, rank, message), the last few shown."""
+    ``events``: (kind, rank, message), those shown; ``recovering``: the spans spent recovering,
+    in seconds (a band each on the samples/s chart)."""
     parts: list[str] = [
         _text(12, 22, title, size=15, bold=True),
         _text(12, 42, summary, size=12, fill="#444"),
     ]
     ranks, mean = metrics.get("loss", ([], ([], [])))
     parts.append(_chart(12, 56, 470, 210, "loss", _lines(ranks, mean), "step", legend=True))
-    rate_line = [(*rate, "#1565c0", 1.6, 1.0)]
-    parts.append(_chart(500, 56, 248, 210, "samples/s", rate_line, "s", from_zero=True))
+    rate_line = [(*_broken(rate, [a for a, _ in recovering]), "#1565c0", 1.6, 1.0)]
+    parts.append(
+        _chart(500, 56, 248, 210, "samples/s", rate_line, "s", from_zero=True, bands=recovering)
+    )
     y = 280
     others = [n for n in metrics if n != "loss"][:_OTHER_METRICS]
     for i, name in enumerate(others):
@@ -69,7 +76,7 @@ def dashboard_svg(
     y += 150 * -(-len(others) // 3) + 8
     table, y = _table(rows, y)
     parts.append(table)
-    for kind, rank, message in events[-5:]:
+    for kind, rank, message in events:
         who = f" rank {rank}" if rank is not None else ""
         parts.append(_text(12, y + 14, f"{kind}{who}: {message}"[:150], size=11, fill="#333"))
         y += 17
@@ -94,10 +101,18 @@ def _lines(ranks: list[tuple[int, list, list]], mean: Curve) -> list:
     return lines
 
 
+def _broken(line: Curve, at: Sequence[float]) -> Curve:
+    """``line`` with a gap at each of ``at`` (a point with no value: no line drawn across)."""
+    pts = sorted([*zip(line[0], line[1], strict=False), *((x, math.nan) for x in at)])
+    return [x for x, _ in pts], [y for _, y in pts]
+
+
 def _chart(x0: float, y0: float, w: float, h: float, title: str, lines: list, xlabel: str = "",
-           legend: bool = False, from_zero: bool = False) -> str:  # fmt: skip
+           legend: bool = False, from_zero: bool = False,
+           bands: Sequence[tuple[float, float]] = ()) -> str:  # fmt: skip
     """One chart: its title, a frame with ticks on both axes, and its lines (gaps where a
-    value is not finite); ``from_zero``: the y axis starts at 0 (a rate)."""
+    value is not finite); ``from_zero``: the y axis starts at 0 (a rate); ``bands``: spans of
+    x spent recovering, shaded and labelled."""
     left, top, bottom = x0 + 46, y0 + 20, y0 + h - 22
     right = x0 + w - 6
     out = [_text(x0 + 2, y0 + 13, title, size=12, bold=True)]
@@ -111,7 +126,7 @@ def _chart(x0: float, y0: float, w: float, h: float, title: str, lines: list, xl
     if not finite:
         out.append(_text(left + 8, top + 20, "no values", size=11, fill="#888"))
         return "".join(out)
-    xlo, xhi = _span([p[0] for p in finite])
+    xlo, xhi = _span([p[0] for p in finite] + [x for band in bands for x in band])
     ylo, yhi = _span([p[1] for p in finite] + ([0.0] if from_zero else []))
 
     def px(x: float) -> float:
@@ -120,6 +135,10 @@ def _chart(x0: float, y0: float, w: float, h: float, title: str, lines: list, xl
     def py(y: float) -> float:
         return bottom - (y - ylo) / (yhi - ylo) * (bottom - top)
 
+    for a, b in bands:
+        out.append(f'<rect x="{px(a):.1f}" y="{top}" width="{px(b) - px(a):.1f}" '
+                   f'height="{bottom - top:.1f}" fill="{_BAND}" fill-opacity="0.2"/>')  # fmt: skip
+        out.append(_text(px(a) + 3, bottom - 4, "recovering", size=10, fill=_BAND))
     for t in _ticks(ylo, yhi):
         out.append(f'<line x1="{left}" x2="{right:.1f}" y1="{py(t):.1f}" y2="{py(t):.1f}" '
                    'stroke="#eee"/>')  # fmt: skip
@@ -160,17 +179,19 @@ def _table(rows: list[dict], y: float) -> tuple[str, float]:
     cols = [c for c in _COLUMNS if c[0] not in _OPTIONAL or any(r.get(c[0]) is not None
                                                                 for r in shown)]  # fmt: skip
     width = (WIDTH - 24) / len(cols)
+    state_at = [key for key, *_ in cols].index("state")  # its cell: a box in the state's colour
     out = []
     for j, (_, heading, _) in enumerate(cols):
         out.append(_text(14 + j * width, y + 13, heading, size=11, bold=True))
     for i, row in enumerate(shown, start=1):
         top = y + i * _ROW_H
         colour = _STATE_COLOURS.get(str(row.get("state")), "#555")
-        out.append(f'<rect x="{12 + 2 * width:.1f}" y="{top + 2}" width="{width - 4:.1f}" '
+        out.append(f'<rect x="{12 + state_at * width:.1f}" y="{top + 2}" width="{width - 4:.1f}" '
                    f'height="{_ROW_H - 3}" fill="{colour}"/>')  # fmt: skip
         for j, (key, _, spec) in enumerate(cols):
             fill = "#fff" if key == "state" else "#222"
-            out.append(_text(14 + j * width, top + 13, _cell(row.get(key), spec), 11, fill=fill))
+            text = _cell(row.get(key), spec, row)
+            out.append(_text(14 + j * width, top + 13, text, 11, fill=fill))
     y += (len(shown) + 1) * _ROW_H + 4
     if len(rows) > len(shown):
         out.append(_text(12, y + 12, f"... and {len(rows) - len(shown)} more ranks", 11))
@@ -178,9 +199,11 @@ def _table(rows: list[dict], y: float) -> tuple[str, float]:
     return "".join(out), y
 
 
-def _cell(value: object, spec: str) -> str:
+def _cell(value: object, spec: str, row: dict | None = None) -> str:
     if value is None:
         return MISSING
+    if spec == "pid":  # a rank's fresh engine, after a recovery: marked
+        return f"{value} \u21bb" if row and row.get("replaced") else str(value)
     if isinstance(value, str) or not spec:
         return str(value)[:24]
     if isinstance(value, float) and not math.isfinite(value):

@@ -276,6 +276,23 @@ for i in range(300):
         print(f"step {i}")
     time.sleep(0.05)
 """
+#: A run that recovers: rank 1's engine dies once at step 50 (SIGKILL; the file ONCE says it
+#: did), ``--restarts 1`` puts a fresh engine in its place and the loop resumes from its
+#: checkpoint of step 50; past step 60 each step's ordinary events (as sync= training's drift
+#: reports are) would push the recovery's out of a list of the latest.
+RECOVERING_TRAIN = """%%distributed --restarts 1 --total 120 --name recovered
+import os, pathlib, time
+from nbdist.worker.reporting.calls import event
+once = pathlib.Path({once!r})
+for i in nbdist.steps(120, every=10, progress={{"seen": 0}}):
+    nbdist.report(step=i, loss=1 / (i + 1) + 0.1 * nbdist.rank(), samples=32)
+    for _ in range(2 if i > 60 else 0):
+        event("sync", f"step {{i}}")
+    if i == 50 and nbdist.rank() == 1 and not once.exists():
+        once.touch()
+        os.kill(os.getpid(), 9)
+    time.sleep(0.05)
+"""
 #: A tall cell under the board, so that the board can be scrolled out of view.
 SPACER = "\n\n".join(f"Below the board, paragraph {i}." for i in range(120))
 
@@ -285,7 +302,8 @@ def lab(tmp_path_factory):
     """A real ``jupyter lab`` on a free loopback port; its kernels keep records in a temp dir."""
     need_chromium()
     base = tmp_path_factory.mktemp("dash-lab")
-    cells = ["%load_ext nbdist\n%nbdist start -n 2", BROWSER_TRAIN, "%nbdist stop"]
+    recovering = RECOVERING_TRAIN.format(once=str(base / "killed-once"))
+    cells = ["%load_ext nbdist\n%nbdist start -n 2", BROWSER_TRAIN, recovering, "%nbdist stop"]
     with serving(base, "dash.ipynb", notebook(cells, SPACER)) as (lab, root):
         yield lab.url, lab.token, root
 
@@ -437,6 +455,7 @@ def test_dashboard_in_a_real_browser(lab):
             # JupyterLab shows its splash over the page while it changes themes
             page.wait_for_selector("#jupyterlab-splash", state="detached")
             board.screenshot(path=str(SHOTS / "dashboard-final-light.png"))
+            _the_recovered_board_tells_one_story(page)
             page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
         finally:
             browser.close()
@@ -452,6 +471,60 @@ def test_dashboard_in_a_real_browser(lab):
     svg = "".join(svg) if isinstance(svg, list) else svg  # nbformat may keep it as lines
     assert svg.startswith("<svg") and ">loss</text>" in svg and ">samples/s</text>" in svg
     (ARTIFACTS / "dashboard-static.svg").write_text(svg)
+
+
+#: Pixels of a chart's canvas between the edges of its first band (``data-band-px``, in canvas
+#: pixels; a margin off each edge): [of the samples/s line's blue, tinted by the band, all].
+BAND_PIXELS = """(chart, margin) => {
+  const canvas = chart.querySelector('canvas');
+  const [x0, x1] = chart.dataset.bandPx.split(' ')[0].split('-').map(Number);
+  const px = canvas.getContext('2d').getImageData(x0 + margin, 0, x1 - x0 - 2 * margin,
+                                                  canvas.height).data;
+  let line = 0, band = 0;
+  for (let i = 0; i < px.length; i += 4) {
+    const [r, g, b, a] = [px[i], px[i + 1], px[i + 2], px[i + 3]];
+    line += a > 0 && Math.abs(r - 21) + Math.abs(g - 101) + Math.abs(b - 192) < 90 ? 1 : 0;
+    band += a > 0 && r > b + 10 ? 1 : 0;
+  }
+  return [line, band, px.length / 4];
+}"""
+
+
+def _the_recovered_board_tells_one_story(page) -> None:
+    """The notebook's third cell lost rank 1's engine and recovered: its board says ok, every
+    rank done, rank 1 on a fresh engine (its pid marked); the failure's and the recovery's events
+    in view beside the latest eight ordinary ones; the time spent recovering a band on the
+    samples/s chart with no line drawn across it (read from the canvas), in both themes."""
+    from playwright.sync_api import expect
+
+    board = page.locator(".nbd-dashboard").nth(1)
+    board.scroll_into_view_if_needed()
+    expect(board).to_have_attribute("data-status", "ok")
+    expect(board.locator("tbody .nbd-state")).to_have_text(["done", "done"])
+    fresh = board.locator("tbody td.nbd-pid.nbd-replaced")
+    expect(fresh).to_have_count(1)
+    assert fresh.locator("xpath=..").get_attribute("data-rank") == "1"
+    assert fresh.get_attribute("title").startswith("its engine was replaced by recovery: pid ")
+    expect(board.locator(".nbd-event-kept .nbd-event-kind")).to_have_text(
+        ["died", "failure", "phase", "restart", "phase", "replaced"]
+    )
+    expect(board.locator(".nbd-event:not(.nbd-event-kept)")).to_have_count(8)
+    rate = board.locator(".nbd-charts .nbdist-chart").nth(1)  # samples/s, beside the loss
+    expect(rate).to_have_attribute("data-bands", "1")
+    expect(rate).to_have_attribute("data-band-px", re.compile(r"^\d+-\d+$"))
+    for theme in ("light", "dark"):
+        if theme == "dark":
+            page.evaluate(
+                "window.jupyterapp.commands.execute('apputils:change-theme',"
+                " {theme: 'JupyterLab Dark'})"
+            )
+            page.wait_for_selector(".nbd-dashboard[data-theme='false']", state="attached")
+            page.wait_for_selector("#jupyterlab-splash", state="detached")
+            board.scroll_into_view_if_needed()
+        line, band, pixels = rate.evaluate(BAND_PIXELS, 4)
+        assert line == 0, f"{line} pixels of the samples/s line across the band ({theme})"
+        assert band > pixels / 2, f"the band is not drawn ({band} of {pixels} pixels, {theme})"
+        board.screenshot(path=str(SHOTS / f"dashboard-recovered-{theme}.png"))
 
 
 def test_a_pipeline_shows_each_ranks_stage_and_idle_share(ready):

@@ -17,5 +17,7 @@ import { render } from './view';
 // for the tests (tests/unit/test_dashboard_js.py)
 export { Series } from '../series';
 export { columnFormat, fmt, fmtDuration, fmtInt } from '../../format';
+export { broken } from '../../plotdata';
+export { inView } from './store';
 
 export default boardModule(DashboardStore, render);

@@ -34,10 +34,14 @@ export interface IMetricPoints {
   mean?: SentPoints;
 }
 
-/** A rank's row of the workers' table (`dashboard.rank_row`). */
+/** A rank's row of the workers' table (`shown.rank_row`): one row through the run's attempts. */
 export interface IRankRow {
   rank: number;
   host: string;
+  /** its engine's pid (a fresh one after a recovery replaced the engine) */
+  pid: number | null;
+  /** the pids of the engines it lost before this one, oldest first */
+  replaced: number[];
   /** "ok", "slow", "silent", "dead", "failed", "stopped", "done" */
   state: string;
   /** a failed rank's error, one line */
@@ -63,13 +67,18 @@ export interface IRankRow {
   quiet: number | null;
 }
 
-/** A run's event (`dashboard.event_dict`): a rank slow, silent, dead; a NaN; a restart. */
+/** A run's event (`shown.event_dict`): a rank slow, silent, dead; a NaN; a restart. */
 export interface IEvent {
   time: number;
   kind: string;
   rank: number | null;
   message: string;
+  /** it tells a failure or a recovery: kept in view, never pushed out by later ones */
+  kept: boolean;
 }
+
+/** A span of the run spent recovering, in seconds since its start (`to`: null while on). */
+export type Span = [from: number, to: number | null];
 
 /** One rank's profiled step, in ms per step (`debug.profile.ProfileRow`). */
 export interface IProfileRow {
@@ -95,6 +104,8 @@ export interface IHistory extends IMessage {
   metrics: Record<string, IMetricPoints>;
   /** samples/s against seconds since the start */
   rate: SentPoints;
+  /** the spans spent recovering: no samples/s is drawn across them */
+  recovering: Span[];
   rows: IRankRow[];
   events: IEvent[];
   /** the last lines of the ranks whose output the cell does not show, by rank */
@@ -107,6 +118,8 @@ export interface IDelta extends IMessage {
   kind: 'delta';
   metrics?: Record<string, IMetricPoints>;
   rate?: SentPoints;
+  /** every span spent recovering, when one began or ended */
+  recovering?: Span[];
   rows?: IRankRow[];
   events?: IEvent[];
   logs?: Record<string, string[]>;

@@ -1,13 +1,15 @@
 /**
- * The dashboard's lower panels: the run's latest events, the last lines of the ranks whose
- * output is not shown under the cell, and (with --profile, at the end) where a step's time went
- * on each rank. Everything from an engine is set as text.
+ * The dashboard's lower panels: the run's latest events (and, whatever came after, those that
+ * tell its failures and recoveries), the last lines of the ranks whose output is not shown under
+ * the cell, and (with --profile, at the end) where a step's time went on each rank. Everything
+ * from an engine is set as text.
  */
 import { el } from '../../dom';
 import { fmt } from '../../format';
 import { IEvent, IProfile, IProfileRow } from './messages';
+import { inView } from './store';
 
-/** Events shown: the latest. */
+/** Ordinary events shown: the latest (beside those kept in view: `inView`). */
 const EVENTS_SHOWN = 8;
 
 // A profiled step's parts, as nbdist/notebook/debug/profile.py names them
@@ -24,8 +26,9 @@ export function drawEvents(box: HTMLElement, events: IEvent[]): void {
   if (!events.length) {
     box.append(el('div', 'nbd-quiet', 'none yet'));
   }
-  for (const e of events.slice(-EVENTS_SHOWN)) {
+  for (const e of inView(events, EVENTS_SHOWN)) {
     const line = el('div', 'nbd-event nbd-event-' + e.kind);
+    line.classList.toggle('nbd-event-kept', !!e.kept);
     const who = e.rank === null || e.rank === undefined ? '' : `rank ${e.rank}: `;
     line.append(el('span', 'nbd-event-kind', e.kind), el('span', '', ` ${who}${e.message}`));
     box.append(line);

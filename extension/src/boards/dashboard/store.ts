@@ -1,13 +1,34 @@
 /**
  * The run's state in the browser, one per model, shared by its views: each metric's curves per
- * rank and their mean, samples/s, the workers' rows, events, log tails and the profile.
+ * rank and their mean, samples/s and the spans spent recovering, the workers' rows, events, log
+ * tails and the profile.
  */
 import { into, mergeAll, Series } from '../series';
 import { BoardStore, IChanged } from '../store';
-import { IEvent, IHead, IProfile, IRankRow, Message } from './messages';
+import { IEvent, IHead, IProfile, IRankRow, Message, Span } from './messages';
 
-/** Events kept (as the kernel's history does). */
+/** Ordinary events kept (as the kernel's history does), beside those of the recoveries. */
 const EVENTS_KEPT = 50;
+/** Events that tell a failure or a recovery kept in view: the latest (the kernel's too). */
+const KEPT_EVENTS = 24;
+
+/**
+ * The events in view, in order: the `latest` ordinary ones and, beside them, the latest
+ * `KEPT_EVENTS` of those that tell a failure or a recovery (`kept`), however many came after
+ * (the kernel's `shown.in_view` is the same rule).
+ */
+export function inView(events: IEvent[], latest: number): IEvent[] {
+  const left = { ordinary: latest, kept: KEPT_EVENTS };
+  const out: IEvent[] = [];
+  for (let i = events.length - 1; i >= 0 && left.ordinary + left.kept > 0; i--) {
+    const which = events[i].kept ? 'kept' : 'ordinary';
+    if (left[which] > 0) {
+      left[which]--;
+      out.push(events[i]);
+    }
+  }
+  return out.reverse();
+}
 
 export interface IDashboardChanged extends IChanged {
   rate?: boolean;
@@ -24,6 +45,8 @@ export interface IMetricSeries {
 export class DashboardStore extends BoardStore<IHead, Message, IDashboardChanged> {
   declare metrics: Map<string, IMetricSeries>;
   declare rate: Series;
+  /** the spans spent recovering (the last one open while the run recovers) */
+  declare recovering: Span[];
   declare rows: Map<number, IRankRow>;
   declare events: IEvent[];
   /** rank -> its last lines */
@@ -36,6 +59,7 @@ export class DashboardStore extends BoardStore<IHead, Message, IDashboardChanged
   protected reset(): void {
     this.metrics = new Map();
     this.rate = new Series();
+    this.recovering = [];
     this.rows = new Map();
     this.events = [];
     this.logs = new Map();
@@ -63,6 +87,10 @@ export class DashboardStore extends BoardStore<IHead, Message, IDashboardChanged
       this.rate = into(this.rate, msg.rate, whole);
       changed.rate = true;
     }
+    if (msg.recovering) {
+      this.recovering = msg.recovering;
+      changed.rate = true;
+    }
     for (const row of msg.rows || []) {
       this.rows.set(row.rank, row);
     }
@@ -70,7 +98,7 @@ export class DashboardStore extends BoardStore<IHead, Message, IDashboardChanged
       changed.rows = true;
     }
     if (msg.events && msg.events.length) {
-      this.events = this.events.concat(msg.events).slice(-EVENTS_KEPT);
+      this.events = inView(this.events.concat(msg.events), EVENTS_KEPT);
       changed.events = true;
     }
     if (whole) {
@@ -87,6 +115,12 @@ export class DashboardStore extends BoardStore<IHead, Message, IDashboardChanged
       changed.profile = true;
     }
     return changed;
+  }
+
+  /** Whether the run is recovering now (its last span spent recovering is open). */
+  isRecovering(): boolean {
+    const last = this.recovering[this.recovering.length - 1];
+    return !!last && last[1] === null;
   }
 
   /** The metrics other than loss, in the order they were first reported. */

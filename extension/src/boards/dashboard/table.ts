@@ -1,7 +1,9 @@
 /**
- * The workers' table: a row per rank (its host, state, steps, loss, step time, CPU, memory, GPU,
- * time in collectives...), one number format per column. Columns no rank has a value for (a
- * mesh's coordinates, a pipeline's stage and idle share) are left out.
+ * The workers' table: a row per rank (its host, its engine's pid, state, steps, loss, step time,
+ * CPU, memory, GPU, time in collectives...), one number format per column. Columns no rank has a
+ * value for (a mesh's coordinates, a pipeline's stage and idle share) are left out. A rank is one
+ * row through the run's attempts: a fresh engine that recovery put in place of a lost one shows
+ * its own pid, marked ↻ (its title names the lost ones), on the rank's row, its history kept.
  */
 import { el } from '../../dom';
 import { columnFormat, fmtInt, MISSING } from '../../format';
@@ -12,6 +14,7 @@ type Key = keyof IRankRow;
 const COLUMNS: [Key, string][] = [
   ['rank', 'rank'],
   ['host', 'host'],
+  ['pid', 'pid'],
   ['state', 'state'],
   ['steps', 'steps'],
   ['loss', 'loss'],
@@ -100,6 +103,15 @@ function cell(row: IRankRow, key: Key, format: (v: number | null) => string): HT
     td.append(state);
     return td;
   }
+  if (key === 'pid') {
+    const td = el('td', 'nbd-num nbd-pid', row.pid === null ? MISSING : String(row.pid));
+    if (row.replaced && row.replaced.length) {
+      td.classList.add('nbd-replaced');
+      td.textContent += ' ↻';
+      td.title = `its engine was replaced by recovery: pid ${[...row.replaced, row.pid].join(' → ')}`;
+    }
+    return td;
+  }
   if (MESH.includes(key)) {
     const td = el('td', 'nbd-num nbd-mesh', String(v || MISSING));
     td.dataset.dim = key;
@@ -108,5 +120,5 @@ function cell(row: IRankRow, key: Key, format: (v: number | null) => string): HT
   if (TEXT.has(key)) {
     return el('td', 'nbd-' + key, String(v || MISSING));
   }
-  return el('td', 'nbd-num', typeof v === 'string' ? v : format(v));
+  return el('td', 'nbd-num', typeof v === 'string' ? v : format(typeof v === 'number' ? v : null));
 }

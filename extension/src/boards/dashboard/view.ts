@@ -1,12 +1,13 @@
 /**
  * A view of the run's dashboard: the head (title, status, progress, ETA, samples/s), the
- * smoothing slider, loss per rank and their mean beside samples/s, every other metric in a grid
- * below (sharing the step axis and the cursor), then the profile, the workers' table, events and
- * log tails. The data attributes on the root (status, points, charts, ranks) are what the
- * browser tests read.
+ * smoothing slider, loss per rank and their mean beside samples/s (the time spent recovering a
+ * band, with no line drawn across it), every other metric in a grid below (sharing the step axis
+ * and the cursor), then the profile, the workers' table, events and log tails. The data
+ * attributes on the root (status, points, charts, ranks) are what the browser tests read.
  */
 import { el } from '../../dom';
 import { fmt, fmtDuration, fmtInt } from '../../format';
+import { broken, IBand } from '../../plotdata';
 import { RANK_LINES, rankLines } from '../../smoothing';
 import { BoardCharts } from '../charts';
 import { follow, syncKey } from '../view';
@@ -74,9 +75,22 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
     root.dataset.charts = String(1 + grid.charts.size);
   }
 
+  // The time spent recovering: a band (open at its end while the run recovers), with no
+  // samples/s drawn across it; in the "recovering" badge's colour, which reads on light and dark.
   function drawRate() {
-    const v = store.rate.view();
-    rateChart.setLines([{ label: 'samples/s', x: v.x, y: v.y, colour: '#1565c0', width: 1.5 }]);
+    const now = store.head().elapsed ?? 0;
+    const colour = getComputedStyle(root).getPropertyValue('--nbd-slow').trim() || '#ef6c00';
+    const bands: IBand[] = store.recovering.map(([from, to]) => ({
+      from,
+      to: to ?? Math.max(from, now),
+      label: 'recovering',
+      colour
+    }));
+    const v = broken(store.rate.view(), bands);
+    rateChart.setBands(bands);
+    rateChart.setLines([
+      { label: 'samples/s', x: v.x, y: v.y, colour: '#1565c0', width: 1.5, gaps: true }
+    ]);
   }
 
   function drawHead() {
@@ -105,7 +119,7 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
     if (changed.all || changed.metrics) {
       drawCharts(changed);
     }
-    if (changed.all || changed.rate) {
+    if (changed.all || changed.rate || (changed.head && store.isRecovering())) {
       drawRate();
     }
     if (changed.all || changed.rows) {

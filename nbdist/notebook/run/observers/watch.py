@@ -92,13 +92,16 @@ class Watch:
         self.poll_seconds.append(time.perf_counter() - t0)
 
     def hung_ranks(self, timeout: float) -> list[int]:
-        """Ranks past the progress deadline: they reported steps, then none for ``timeout`` s
-        (measured on their own clocks). The supervisor kills them; recovery replaces them."""
+        """Ranks past the progress deadline: they reported steps in this attempt, then none for
+        ``timeout`` s (measured on their own clocks). The supervisor kills them; recovery
+        replaces them."""
         now = self.collector.clock()
         return [
             r
             for r, st in self.collector.ranks.items()
-            if st.outcome is None and st.reports and quiet_for(st, now, now) > timeout
+            if st.outcome is None
+            and st.last_record is not None
+            and quiet_for(st, now, now) > timeout
         ]
 
     # -- what the controller tells ----------------------------------------------------------

@@ -1,0 +1,92 @@
+"""What a board shows of a run's ranks and events, as plain data (the live board and the final
+picture share it): a rank's row of the workers table, an event as the browser keeps it, and
+which events are in view.
+
+A rank is one row through the run's attempts: after a recovery its fresh engine's row is the
+same, running again, with the pid it runs on now and those of the engines it lost
+(``replaced``), its steps and curves kept. The events that tell a failure and a recovery
+(``RECOVERY_KINDS``) stay in view, never pushed out by the latest ordinary ones (``in_view``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...telemetry.events import MESH_DIMENSIONS, RECOVERY_KINDS, RunEvent
+from .health import RankState
+
+_RECOVERY_EVENTS = 24  # events of the run's failures and recoveries kept in view, the latest
+
+
+def number(x: Any) -> float | int | None:
+    """A number JSON can carry: finite, or None."""
+    if x is None or isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def rank_row(st: RankState, now: float, zero_based: bool) -> dict:
+    """One worker-table row, as plain data (the browser and the final picture share it).
+    ``steps``: the steps this rank has done, counted as the run's progress is."""
+    h = st.health  # a HealthSample, or None before the first
+    loss: Any = st.nonfinite if st.nonfinite is not None else number(st.loss)
+    return {
+        "rank": st.rank,
+        "host": st.host or "",
+        "pid": st.pid,
+        "replaced": list(st.replaced),  # the pids of its engines lost before this one
+        "state": st.state,
+        "error": st.error,
+        "steps": None if st.step is None else st.step + (1 if zero_based else 0),
+        "loss": loss,
+        "step_ms": number(st.step_time and st.step_time * 1000),
+        "cpu": number(h and h.cpu),
+        "rss_mb": number(h and h.rss and h.rss / 2**20),
+        "gpu_util": number(h and h.gpu_util),
+        "gpu_mb": number(h and h.gpu_mem and h.gpu_mem / 2**20),
+        "comm": number(h and h.comm_share is not None and h.comm_share * 100),
+        # its coordinates in its nbdist.mesh, a column per dimension: "0/2" (None without)
+        **{dim: h.mesh.of(dim) if h and h.mesh else None for dim in MESH_DIMENSIONS},
+        "stage": str(h.pipeline) if h and h.pipeline else None,  # a pipeline's: "0/2", "1/2 r1"
+        "idle": number(h and h.idle_share is not None and h.idle_share * 100),
+        # whole seconds: a row is sent again when something a person would notice changed;
+        # an ended rank is not quiet, it is done
+        "quiet": None
+        if st.last_seen is None or st.outcome is not None
+        else round(max(0.0, now - st.last_seen)),
+    }
+
+
+def event_dict(e: RunEvent) -> dict:
+    """An event as the browser keeps it; ``kept``: it tells a failure or a recovery."""
+    kind = str(e.kind)
+    return {
+        "time": e.time,
+        "kind": kind,
+        "rank": e.rank,
+        "message": str(e.message or ""),
+        "kept": kind in RECOVERY_KINDS,
+    }
+
+
+def in_view(events: list[RunEvent], latest: int, kept: int = _RECOVERY_EVENTS) -> list[RunEvent]:
+    """The events a board shows, in order: the ``latest`` ordinary ones, and beside them the
+    (``kept`` latest) that tell the run's failures and recoveries (``RECOVERY_KINDS``), however
+    many ordinary ones came after. The browser's ``inView`` is the same rule."""
+    left = {False: latest, True: kept}
+    out = []
+    for e in reversed(events):
+        pinned = e.kind in RECOVERY_KINDS
+        if left[pinned] > 0:
+            left[pinned] -= 1
+            out.append(e)
+        if not any(left.values()):
+            break
+    return out[::-1]
