@@ -37,6 +37,7 @@ BENCHMARKS = (
     "bench_scatter",
     "bench_report",
     "bench_recovery",
+    "bench_run_again",
     "bench_slow_link",
     "bench_pipeline",
     "bench_mesh",

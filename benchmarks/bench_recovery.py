@@ -4,7 +4,12 @@ nbdist (``%%distributed --restarts 1``, checkpoints every K steps) against torch
 restart (``torchrun --max-restarts 1``, the same loop saving with ``torch.save`` every K steps),
 measured in the same run on the same machine. Also counts the steps computed twice.
 
-    python -m benchmarks.bench_recovery [--steps 60] [--every 10] [--kill-at 25]
+Then the same with E seconds of training in an earlier cell of the notebook (``--earlier``, 0 20
+60 by default): the fresh engine taking over the state its lost engine kept, against the journal
+of earlier cells run again on every rank (what recovery did before the state was kept, and still
+does where none was: here the kept files are removed just before the kill).
+
+    python -m benchmarks.bench_recovery [--steps 60] [--every 10] [--kill-at 25] [--earlier 0 20 60]
 """
 
 from __future__ import annotations
@@ -86,11 +91,15 @@ def _log(path: Path) -> list[tuple[int, float]]:
     return rows
 
 
-def _kill_at(log: Path, pidfile: Path, step: int, out: dict, deadline: float = 120) -> None:
-    """Kill rank 1 once rank 0 has logged ``step``; note when."""
+def _kill_at(
+    log: Path, pidfile: Path, step: int, out: dict, before=None, deadline: float = 120
+) -> None:
+    """Kill rank 1 once rank 0 has logged ``step`` (``before()`` first, if given); note when."""
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         if len(_log(log)) >= step and pidfile.exists():
+            if before is not None:
+                before()
             out["killed_at"] = time.time()
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
             return
@@ -107,22 +116,49 @@ def _measure(log: Path, killed_at: float) -> tuple[float, int]:
 # (a NaN figure in the table means that side never recovered within its time limit)
 
 
-def nbdist_recovery(tmp: Path, steps: int, every: int, kill_at: int) -> tuple[float, int]:
+#: an earlier cell of the notebook: a model trained for E seconds (no checkpoints)
+_EARLIER = """
+import time, torch
+earlier = nbdist.prepare(torch.nn.Linear(256, 256))
+earlier_opt = torch.optim.SGD(earlier.parameters(), lr=0.01)
+t0 = time.time()
+while time.time() - t0 < SECONDS:
+    earlier_opt.zero_grad()
+    earlier(torch.randn(32, 256)).pow(2).mean().backward()
+    earlier_opt.step()
+"""
+
+
+def nbdist_recovery(
+    tmp: Path, steps: int, every: int, kill_at: int, earlier: float = 0, replay: bool = False
+) -> tuple[float, int]:
+    """Kill -> first step after, and the steps redone, with ``earlier`` seconds of training in
+    an earlier cell; ``replay``: the kept states removed first (the journal runs again)."""
     import nbdist
     from nbdist.config import CellOptions
 
-    log, pids = tmp / "nbdist.log", tmp / "nbdist-pid"
+    name = f"nbdist-{earlier:g}-{'replay' if replay else 'kept'}"
+    log, pids = tmp / f"{name}.log", tmp / f"{name}-pid"
     with nbdist.start(n=2) as cluster:
         cluster.run(
             f"LOG, PIDS, STEPS, EVERY = {str(log)!r}, {str(pids)!r}, {steps}, {every}\n"
             "RANK = nbdist.rank()"
         )
+        if earlier:
+            cluster.run(f"SECONDS = {earlier}\n" + _EARLIER)
+        kept = cluster.run("from nbdist.worker.continuity import snapshot\nstr(snapshot.folder())")
         out: dict = {}
-        t = threading.Thread(target=_kill_at, args=(log, Path(f"{pids}1"), kill_at, out))
+        before = (lambda: _remove_states(Path(kept))) if replay else None
+        t = threading.Thread(target=_kill_at, args=(log, Path(f"{pids}1"), kill_at, out, before))
         t.start()
-        cluster.run(_NBDIST, CellOptions(restarts=1))
+        cluster.run(_NBDIST, CellOptions(restarts=1, quiet=True))
         t.join()
     return _measure(log, out["killed_at"])
+
+
+def _remove_states(folder: Path) -> None:
+    for f in folder.glob("rank-*.state"):
+        f.unlink()
 
 
 def torchrun_recovery(tmp: Path, steps: int, every: int, kill_at: int) -> tuple[float, int]:
@@ -184,14 +220,29 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def run(tiny: bool = False, steps: int = 60, every: int = 10, kill_at: int = 25) -> list[Result]:
+def run(
+    tiny: bool = False,
+    steps: int = 60,
+    every: int = 10,
+    kill_at: int = 25,
+    earlier: tuple[float, ...] = (0, 20, 60),
+) -> list[Result]:
     if tiny:
-        steps, every, kill_at = 16, 4, 6
+        steps, every, kill_at, earlier = 16, 4, 6, (2,)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         ours, redone = nbdist_recovery(tmp, steps, every, kill_at)
         theirs, their_redone = torchrun_recovery(tmp, steps, every, kill_at)
-    return [
+        grown = [
+            Result(
+                f"recovery after {e:g} s of earlier training: kill -> step (kept / journal run)",
+                nbdist_recovery(tmp, steps, every, kill_at, e)[0],
+                nbdist_recovery(tmp, steps, every, kill_at, e, replay=True)[0],
+                "s",
+            )
+            for e in earlier
+        ]
+    return grown + [
         Result(
             "recovery: kill -> first step after (nbdist / torchrun)",
             ours,
@@ -207,8 +258,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--every", type=int, default=10)
     p.add_argument("--kill-at", type=int, default=25)
+    p.add_argument("--earlier", type=float, nargs="*", default=[0, 20, 60])
     a = p.parse_args(argv)
-    print(table(run(steps=a.steps, every=a.every, kill_at=a.kill_at)))
+    print(table(run(steps=a.steps, every=a.every, kill_at=a.kill_at, earlier=tuple(a.earlier))))
 
 
 if __name__ == "__main__":

@@ -36,14 +36,20 @@ def waiting(
             got = dataclasses.replace(
                 got, collectives=sample.collectives, in_collective=sample.in_collective
             )
-        if got.in_collective or (got.how == "py-spy" and _in_collective(got)):
-            out[rank] = got
+        seen = _collective_on_stack(got) if got.how == "py-spy" else ""
+        if got.in_collective or seen:
+            out[rank] = got if got.in_collective else dataclasses.replace(got, in_collective=seen)
     return out
 
 
-def _in_collective(got: RankStacks) -> bool:
+def _collective_on_stack(got: RankStacks) -> str:
+    """The collective the main thread's stack is in (its outermost frame that is one), or ""."""
     main = [t for t in got.threads if t.main] or list(got.threads[:1])
-    return any(f.function in _COLLECTIVE_FRAMES for t in main for f in t.frames)
+    found = [f.function for t in main for f in t.frames if f.function in _COLLECTIVE_FRAMES]
+    named = [f for f in found if f != "_wait"]  # a wait in shared memory: the collective's own
+    if not found:
+        return ""
+    return (named[0] if named else "a collective").replace("allreduce", "all_reduce")
 
 
 def failure(waiting: Mapping[int, RankStacks], ended: Mapping[int, CellOutcome]) -> RankFailure:

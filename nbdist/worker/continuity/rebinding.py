@@ -15,7 +15,8 @@ formation (nothing to do while the same one stands):
 3. each data-parallel model's replicas are compared and, where they drifted apart, made one
    again from the group's first rank (``replicas``), said in one line; not a model trained
    with ``sync=`` local SGD, DiLoCo, gossip or async, whose replicas differ by design until
-   they next meet.
+   they next meet: its ranks' step counts are made one instead, so that they meet at the same
+   step.
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ def _rebind(bound: groups.Bound, current: tuple[int, int], remade: dict) -> list
         ddp.rebind(obj, new)
         if not sync.is_rank_local(obj):  # local SGD's, gossip's... differ by design
             lines += _replicas(obj, new)
+        else:
+            _realign(obj)
     elif bound.kind == "pipeline":
         pipe, dp = (_renamed(g, remade) for g in (obj.layout.pipe_group, obj.layout.dp_group))
         if pipe is False or dp is False:
@@ -116,6 +119,21 @@ def _rebind(bound: groups.Bound, current: tuple[int, int], remade: dict) -> list
             return [bound.note]
     bound.formation = current
     return lines
+
+
+def _realign(model: DistributedDataParallel) -> None:
+    """A model trained with ``sync=``: its ranks count their steps alike again, at the furthest
+    one's count (a stop between the ranks' steps left one a step ahead: it would synchronise at
+    its k-th step, the others a step later, each waiting for the other)."""
+    plan = engine.training_plans.get(model)
+    synchronizer = getattr(plan, "sync", None)
+    if synchronizer is None or synchronizer.exchange is not None:  # async: nothing to meet
+        return
+    counts = torch.tensor(
+        [synchronizer.steps, synchronizer.syncs], dtype=torch.int64, device=context.device()
+    )
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX)
+    synchronizer.steps, synchronizer.syncs = (int(v) for v in counts)
 
 
 def _group_for(old: dist.ProcessGroup, remade: dict, origin: str) -> dist.ProcessGroup | None:

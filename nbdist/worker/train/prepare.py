@@ -286,7 +286,9 @@ def _to_float32(obj):
 
 def _policy(dtype):
     """FSDP2's mixed precision: compute in ``dtype`` (None: as stored), reduce and return fp32."""
-    return torch.distributed.fsdp.MixedPrecisionPolicy(
+    from torch.distributed import fsdp  # not imported by torch.distributed itself
+
+    return fsdp.MixedPrecisionPolicy(
         param_dtype=dtype, reduce_dtype=torch.float32, output_dtype=torch.float32
     )
 
@@ -294,7 +296,8 @@ def _policy(dtype):
 def _fsdp(model, dtype, dp_mesh=None, meta: bool = False):
     """Shard ``model`` with torch's ``fully_shard`` (over ``dp_mesh``, or every rank): each
     child with parameters, then the root. A meta model is materialised once sharded."""
-    fsdp = torch.distributed.fsdp
+    from torch.distributed import fsdp  # not imported by torch.distributed itself
+
     if not hasattr(fsdp, "fully_shard"):
         raise UsageError(
             f"strategy='fsdp' needs torch >= 2.6 (fully_shard); this is torch "
