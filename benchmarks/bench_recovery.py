@@ -122,7 +122,11 @@ import time, torch
 earlier = nbdist.prepare(torch.nn.Linear(256, 256))
 earlier_opt = torch.optim.SGD(earlier.parameters(), lr=0.01)
 t0 = time.time()
-while time.time() - t0 < SECONDS:
+while True:
+    done = torch.tensor([float(time.time() - t0 >= SECONDS)])  # the ranks agree when to stop
+    torch.distributed.all_reduce(done, op=torch.distributed.ReduceOp.MAX)
+    if done.item():
+        break
     earlier_opt.zero_grad()
     earlier(torch.randn(32, 256)).pow(2).mean().backward()
     earlier_opt.step()
@@ -138,7 +142,8 @@ def nbdist_recovery(
     from nbdist.config import CellOptions
 
     name = f"nbdist-{earlier:g}-{'replay' if replay else 'kept'}"
-    log, pids = tmp / f"{name}.log", tmp / f"{name}-pid"
+    tmp = Path(tempfile.mkdtemp(prefix=name, dir=tmp))  # each run's own log and pid files
+    log, pids = tmp / "nbdist.log", tmp / "nbdist-pid"
     with nbdist.start(n=2) as cluster:
         cluster.run(
             f"LOG, PIDS, STEPS, EVERY = {str(log)!r}, {str(pids)!r}, {steps}, {every}\n"

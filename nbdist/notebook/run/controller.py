@@ -80,8 +80,7 @@ def run(cluster: Ranks, program: Program, opts: CellOptions, watch: Watch | None
         if watch is not None:
             watch.close("failed", recorded=False)  # it never reached the engines
         raise
-    if opts.restarts:
-        cluster.engines.expect_replacements()
+    cluster.engines.expect_replacements()  # once: a lost rank's engine starts warm
     run_key = f"{cluster.engines.cluster_id}-{uuid.uuid4().hex[:8]}"
     world = World(cluster, opts)
     return RunController(cluster, program, opts, world, run_key=run_key, watch=watch).run()

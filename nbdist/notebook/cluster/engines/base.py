@@ -75,7 +75,7 @@ class EngineSet(Protocol):
         """Kill these engine processes and forget them (their ranks go to fresh engines)."""
 
     def expect_replacements(self) -> None:
-        """A run that may replace lost engines starts: get ready to replace one quickly (local
+        """A run starts (any may lose an engine): get ready to replace one quickly (local
         engines: the fork server imports what a fresh engine's first cell would); may do
         nothing."""
 

@@ -128,8 +128,9 @@ class LocalEngines(OnThisMachine):
     def expect_replacements(self) -> None:
         """Have the fork server import what a fresh engine's first cell imports (once, 2-3 s
         of its CPU), so that a replacement forked after prepares its model in milliseconds.
-        Asked for by a run with restarts, not at start: a cluster that never replaces an
-        engine never spends it."""
+        Asked for by the first run, not at start (a cluster that never runs a cell never
+        spends it): asked only by a run with restarts, a recovery in the first second of that
+        run waited for it (0.85 s of the fork server's, measured), whatever ran before."""
         if not self._warm:
             self._warm = True
             self._forks.warm()
