@@ -131,8 +131,10 @@ class Dashboard:
         now = col.clock() if now is None else now
         self.updates += 1
         at = round(now - col.started, 3)
+        was = bool(self.recovering) and self.recovering[-1][1] is None
         recovering = self._note_recovery(status, at)
-        rate = None if recovering else col.samples_per_s()  # none while no attempt runs
+        # none while no attempt runs, nor at the instant the span closes (a point on its edge)
+        rate = None if recovering or was else col.samples_per_s()
         if rate is not None and col.records != self._records_seen:  # a new figure, not a repeat
             self._records_seen = col.records
             self.rate.add(at, rate)
@@ -165,10 +167,10 @@ class Dashboard:
         spans = self.recovering
         going = bool(spans) and spans[-1][1] is None
         recovering = status == "recovering"
-        if recovering and not going:
-            spans.append([at, None])
+        if recovering and not going:  # told at the moment recovery began: after the last figure
+            spans.append([max([at, *self.rate.x[-1:]]), None])
         elif going and not recovering:
-            spans[-1][1] = at
+            spans[-1][1] = max(at, spans[-1][0])
         return recovering
 
     def _head(self, col: Collector, status: str, now: float, rate: float | None) -> dict:
