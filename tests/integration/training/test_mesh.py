@@ -150,7 +150,11 @@ def test_bad_meshes_are_one_line_on_every_rank(cluster8, src, says):
         cluster8.run(src, CellOptions(timeout=60))
     failures = info.value.failures
     assert sorted(f.rank for f in failures) == list(range(8)), "every rank, the same line"
-    assert all(says in f.summary and "\n" not in f.summary for f in failures), failures[0].summary
+    # every rank that reached the check says it; one still making the mesh's groups when the
+    # first left them is stopped as that one's bystander (under load, on 2 cores)
+    causes = [f for f in failures if not f.bystander]
+    assert causes
+    assert all(says in f.summary and "\n" not in f.summary for f in causes), failures[0].summary
 
 
 # A model of 8 blocks of 2 × 2 MiB-matrices (about 64 MiB of float32 weights whole), built on
