@@ -31,6 +31,7 @@ from typing import Any
 
 from ...telemetry.curves import Curve, Outbox, decimated
 from ...telemetry.series import MAX_METRICS
+from ..board.shown import number
 from . import picture
 
 STATES = ("queued", "running", "done", "failed", "stopped")
@@ -39,17 +40,6 @@ _SEND_EVERY = 0.25  # seconds between updates that are not forced
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
 _HISTORY_POINTS = 4000  # points per history and chart, shared among the trials' curves
 _CURVE_POINTS = 2000  # points kept per trial and curve
-
-
-def _finite(x: Any) -> float | None:
-    """``x`` as a finite float, or None."""
-    if x is None or isinstance(x, bool):
-        return None
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def _loss(x: Any) -> float | str | None:
@@ -118,8 +108,8 @@ class SweepBoard:
             "ranks": str(ranks),
             "step": None if step is None else int(step),
             "loss": _loss(loss),
-            "best": _finite(best),
-            "samples_per_s": _finite(samples_per_s),
+            "best": number(best),
+            "samples_per_s": number(samples_per_s),
             "note": str(note),
         }
         if self._rows.get(row["trial"]) != row:  # the runner sets every row at every update
@@ -138,7 +128,7 @@ class SweepBoard:
         curve = self._curves[name].setdefault(trial, Curve(_CURVE_POINTS))
         box = self._out[name].setdefault(trial, Outbox())
         for x, y in zip(steps, values, strict=True):
-            y = _finite(y)
+            y = number(y)
             if y is not None:
                 curve.add(x, y)
                 box.add(x, y)
