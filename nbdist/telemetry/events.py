@@ -228,8 +228,11 @@ RUN_FIELDS = (
     "nonfinite",
     "samples_per_s",
     "options",
+    "listed",
 )
 RUN_DETAIL_FIELDS = ("source", "failures", "kernel_pid")
 #: What the store's readers add to each run from its columns: ``error``, the failing rank and its
-#: error in one line ("rank 1: KeyError: 'b'"), or "" for a run that did not fail.
-RUN_DERIVED = ("error",)
+#: error in one line ("rank 1: KeyError: 'b'"), or "" for a run that did not fail; ``summary``,
+#: each metric's last, least and greatest mean over ranks (``{"loss": {"last": ..., "min": ...,
+#: "max": ...}}``). ``listed``: whether the run is listed as a run (``telemetry.listing``).
+RUN_DERIVED = ("error", "summary")

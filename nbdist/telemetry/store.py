@@ -9,8 +9,10 @@ SQLite's 64-bit integers, are stored as NULL (unknown); a row that cannot be sto
 time that is not a number, a step past 2**63) is refused with ``rows.BadValue``.
 
 The kernel writes through ``writer.StoreWriter`` (a background thread, typed records); readers
-are ``nbdist.runs()`` and the sidebar. The row writers also take dicts with the records' names,
-for scripts and tests. A ``RunStore`` may be shared by threads: each gets its own connection.
+are ``nbdist.runs()`` and the sidebar, which ask for a page of the listed runs (``find_runs``:
+which cells are runs, and how they are searched and sorted, is ``listing``). The row writers
+also take dicts with the records' names, for scripts and tests. A ``RunStore`` may be shared by
+threads: each gets its own connection.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .events import (
     RunEvent,
     WorkerHealth,
 )
+from .listing import LISTED, RunQuery
 from .rows import (
     INSERT_EVENT,
     INSERT_HEALTH,
@@ -103,31 +106,31 @@ class RunStore(Database):
 
     def update_run(self, run_id: int, **fields: Any) -> None:
         """Set some of a run's fields (step, total, loss, samples_per_s, status, label, ...)."""
-        bad = set(fields) - set(tables.SETTABLE_RUN_FIELDS)
-        if bad:
-            raise ValueError(f"unknown run fields: {sorted(bad)}")
-        cols, vals = ["updated = ?"], [time.time()]
-        for k, v in fields.items():
-            if k == "loss":
-                v, nonfinite = split_loss(v)
-                cols.append("nonfinite = ?")
-                vals.append(nonfinite)
-            elif k in ("options", "failures"):
-                v = to_json(v)
-            elif k in _WHOLE_FIELDS:
-                v = whole(v)
-            elif k in _REAL_FIELDS:
-                v = real(v)
-            cols.append(f"{k} = ?")
-            vals.append(v)
+        sql, vals = _setting(run_id, fields)
         with self.write() as conn:
-            conn.execute(f"UPDATE runs SET {', '.join(cols)} WHERE id = ?", (*vals, run_id))
+            conn.execute(sql, vals)
 
     def end_run(
         self, run_id: int, status: str, failures: list | None = None, ended: float | None = None
     ) -> None:
-        """Close a run: its final status (ok, failed, interrupted, stopped) and failures."""
-        self.update_run(run_id, status=status, ended=ended or time.time(), failures=failures or [])
+        """Close a run: its final status (ok, failed, interrupted, stopped) and failures, and
+        whether it is listed as a run (``listing.LISTED``), in one transaction."""
+        fields = {"status": status, "ended": ended or time.time(), "failures": failures or []}
+        sql, vals = _setting(run_id, fields)
+        with self.write() as conn:
+            conn.execute(sql, vals)
+            conn.execute(f"UPDATE runs SET listed = ({LISTED}) WHERE id = ?", (run_id,))
+
+    def put_summary(self, run_id: int, summary: Mapping[str, Sequence[Any]]) -> None:
+        """Set a run's summary: each metric's (last, least, greatest) mean over ranks."""
+        rows = [(run_id, str(k), *(real(x) for x in v)) for k, v in summary.items()]
+        if rows:
+            with self.write() as conn:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO summaries (run_id, name, last, min, max)"
+                    " VALUES (?,?,?,?,?)",
+                    rows,
+                )
 
     def add_metric_records(
         self,
@@ -210,20 +213,62 @@ class RunStore(Database):
     def delete_run(self, run_id: int) -> None:
         """Forget a run and everything recorded about it."""
         with self.write() as conn:
-            for table in ("metrics", "health", "health_samples", "events"):
+            for table in ("metrics", "health", "health_samples", "events", "summaries"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
     # -- readers ------------------------------------------------------------------------------
     def list_runs(self, limit: int = 100) -> list[dict]:
-        """The latest runs, newest first (``RUN_FIELDS``)."""
+        """The latest runs, newest first (``RUN_FIELDS``, ``RUN_DERIVED``): every one, the
+        session's other cells too (what housekeeping judges); ``find_runs`` lists runs."""
         rows = self.read("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (int(limit),))
-        return [_run(r) for r in rows]
+        return self._runs(rows)
+
+    def find_runs(self, query: RunQuery) -> tuple[list[dict], int]:
+        """The page of runs ``query`` asks for, and how many runs it finds in all."""
+        version = self.read("PRAGMA user_version", plain=True)
+        if not version:
+            return [], 0
+        legacy = version[0][0] < 3  # runs not yet judged, summaries not yet kept
+        stale = time.time() - LOST_AFTER
+        where, args = query.where(stale, legacy)
+        join, join_args, order, order_args = query.order_by(stale, legacy)
+        rows = self.read(
+            f"SELECT runs.* FROM runs{join}{where}{order} LIMIT ? OFFSET ?",
+            (*join_args, *args, *order_args, query.limit, query.offset),
+        )
+        total = self.read(f"SELECT COUNT(*) FROM runs{where}", tuple(args), plain=True)
+        return self._runs(rows), int(total[0][0]) if total else 0
+
+    def metric_names(self, limit: int = 100) -> list[str]:
+        """The metrics the runs' summaries hold, the most common first (what runs sort by)."""
+        rows = self.read(
+            "SELECT name FROM summaries GROUP BY name ORDER BY COUNT(*) DESC, name LIMIT ?",
+            (int(limit),),
+            plain=True,
+        )
+        return [r[0] for r in rows]
 
     def get_run(self, run_id: int) -> dict | None:
         """One run with its source and failures too; None if there is no such run."""
         rows = self.read("SELECT * FROM runs WHERE id = ?", (int(run_id),))
-        return _run(rows[0], full=True) if rows else None
+        return self._runs(rows, full=True)[0] if rows else None
+
+    def _runs(self, rows: list, full: bool = False) -> list[dict]:
+        """Runs rows as ``_run`` makes them, each with its summary."""
+        summaries: dict[int, dict] = {}
+        ids = [r["id"] for r in rows]
+        for i in range(0, len(ids), 500):  # within SQLite's count of parameters
+            chunk = ids[i : i + 500]
+            for s in self.read(
+                "SELECT * FROM summaries WHERE run_id IN"
+                f" ({', '.join('?' * len(chunk))}) ORDER BY run_id, rowid",
+                tuple(chunk),
+            ):
+                summaries.setdefault(s["run_id"], {})[s["name"]] = {
+                    k: s[k] for k in ("last", "min", "max")
+                }
+        return [_run(r, full, summaries.get(r["id"], {})) for r in rows]
 
     def metrics(self, run_id: int, since_id: int = 0, limit: int | None = None) -> list[dict]:
         """A run's metric rows after ``since_id`` (for polling), oldest first: ``id``,
@@ -294,10 +339,36 @@ class RunStore(Database):
         return int(rows[0][0]) if rows else 0
 
 
-def _run(r: sqlite3.Row, full: bool = False) -> dict:
-    """A runs row as ``RUN_FIELDS`` and ``RUN_DERIVED`` (``error``), and
-    ``RUN_DETAIL_FIELDS`` when ``full``; JSON decoded."""
-    out = {f: r[f] for f in RUN_FIELDS}
+def _setting(run_id: int, fields: dict[str, Any]) -> tuple[str, tuple]:
+    """The UPDATE that sets ``fields`` of a run (and its ``updated``), each value as its
+    column keeps it."""
+    bad = set(fields) - set(tables.SETTABLE_RUN_FIELDS)
+    if bad:
+        raise ValueError(f"unknown run fields: {sorted(bad)}")
+    cols, vals = ["updated = ?"], [time.time()]
+    for k, v in fields.items():
+        if k == "loss":
+            v, nonfinite = split_loss(v)
+            cols.append("nonfinite = ?")
+            vals.append(nonfinite)
+        elif k in ("options", "failures"):
+            v = to_json(v)
+        elif k in _WHOLE_FIELDS:
+            v = whole(v)
+        elif k in _REAL_FIELDS:
+            v = real(v)
+        cols.append(f"{k} = ?")
+        vals.append(v)
+    return f"UPDATE runs SET {', '.join(cols)} WHERE id = ?", (*vals, run_id)
+
+
+def _run(r: sqlite3.Row, full: bool = False, summary: dict | None = None) -> dict:
+    """A runs row as ``RUN_FIELDS`` and ``RUN_DERIVED`` (``error``, ``summary``), and
+    ``RUN_DETAIL_FIELDS`` when ``full``; JSON decoded. (A store of an earlier version lists
+    every run.)"""
+    out = {f: r[f] for f in RUN_FIELDS if f != "listed"}
+    out["listed"] = bool(r["listed"]) if "listed" in r.keys() else True
+    out["summary"] = summary or {}
     if out["status"] == "running" and time.time() - r["updated"] > LOST_AFTER:
         out["status"] = "lost"
     out["options"] = json.loads(r["options"] or "{}")

@@ -3,9 +3,12 @@
 A row's columns come from the records (``telemetry.events``): a metric row is
 ``events.METRIC_COLUMNS`` (plus the ``nonfinite`` name of a loss that is not a number), a health
 row ``events.HEALTH_COLUMNS``, an event row ``events.EVENT_COLUMNS``; ``tests/unit/test_schema.py``
-checks that the tables below have exactly these columns. A new column goes into ``SCHEMA`` and
-into ``ADDED_COLUMNS``, with ``SCHEMA_VERSION`` raised. How a record becomes a row, and what a
-column may hold, is ``rows``; the file these tables live in, ``database``.
+checks that the tables below have exactly these columns. A run's summary (``summaries``: each
+metric's last, least and greatest mean over ranks) is what the runs list sorts by
+(``listing``). A new column goes into ``SCHEMA`` and into ``ADDED_COLUMNS``, with
+``SCHEMA_VERSION`` raised; an index on it, or what an old store's rows gain, into ``UPGRADES``.
+How a record becomes a row, and what a column may hold, is ``rows``; the file these tables live
+in, ``database``.
 """
 
 from __future__ import annotations
@@ -17,9 +20,25 @@ from .events import HEALTH_COLUMNS, RUN_DETAIL_FIELDS, RUN_FIELDS
 #: The store's version (SQLite's ``user_version``). A store an earlier version made gains the
 #: columns added since (``ADDED_COLUMNS``) when a writer next opens it; its readers find them
 #: missing until then, and read them as None.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Columns added after version 1, as (the version that added it, table, column, its SQL type).
-ADDED_COLUMNS = ((2, "health", "mesh", "TEXT"),)
+#: Version 3's ``runs.listed``: whether the run is listed as a run (``listing``); every run an
+#: older store holds stays listed.
+ADDED_COLUMNS = (
+    (2, "health", "mesh", "TEXT"),
+    (3, "runs", "listed", "INTEGER NOT NULL DEFAULT 1"),
+)
+#: What a store older than the version gains once its columns are there, as (version, SQL): an
+#: index on an added column (it cannot be in ``SCHEMA``, which an old store's tables skip), and
+#: the summary an older run has (its last mean loss, the one the runs row kept).
+UPGRADES = (
+    (3, "CREATE INDEX IF NOT EXISTS runs_listed ON runs (listed, started)"),
+    (
+        3,
+        "INSERT OR IGNORE INTO summaries (run_id, name, last)"
+        " SELECT id, 'loss', loss FROM runs WHERE loss IS NOT NULL",
+    ),
+)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -39,8 +58,18 @@ CREATE TABLE IF NOT EXISTS runs (
     options TEXT NOT NULL DEFAULT '{}',
     source TEXT NOT NULL DEFAULT '',
     failures TEXT NOT NULL DEFAULT '[]',
-    kernel_pid INTEGER
+    kernel_pid INTEGER,
+    listed INTEGER NOT NULL DEFAULT 1
 );
+CREATE TABLE IF NOT EXISTS summaries (
+    run_id INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    last REAL,
+    min REAL,
+    max REAL,
+    PRIMARY KEY (run_id, name)
+);
+CREATE INDEX IF NOT EXISTS summaries_name ON summaries (name);
 CREATE TABLE IF NOT EXISTS metrics (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id INTEGER NOT NULL,
@@ -99,23 +128,26 @@ CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
 
 def upgrades(conn: sqlite3.Connection) -> list[str]:
     """What brings the store on ``conn`` (made by ``SCHEMA``) up to ``SCHEMA_VERSION``: the
-    columns an earlier version's lacks, and its new version; nothing for a store as new or
-    newer. Read and run in one write transaction (``database.Database``)."""
-    if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+    columns an earlier version's lacks, what it gains then (``UPGRADES``), and its new version;
+    nothing for a store as new or newer. Read and run in one write transaction
+    (``database.Database``)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version >= SCHEMA_VERSION:
         return []
     missing = [
         f"ALTER TABLE {table} ADD COLUMN {column} {kind}"
         for _, table, column, kind in ADDED_COLUMNS
         if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
     ]
-    return [*missing, f"PRAGMA user_version = {SCHEMA_VERSION}"]
+    gained = [sql for since, sql in UPGRADES if since > version]
+    return [*missing, *gained, f"PRAGMA user_version = {SCHEMA_VERSION}"]
 
 
 #: The run fields a writer may set (``RunStore.update_run``); the others are the store's own.
 SETTABLE_RUN_FIELDS = tuple(
     f
     for f in (*RUN_FIELDS, *RUN_DETAIL_FIELDS)
-    if f not in ("id", "started", "updated", "nonfinite", "kernel_pid")
+    if f not in ("id", "started", "updated", "nonfinite", "kernel_pid", "listed")
 )
 #: The history of health samples keeps the verdict and the measures, not the host, the ages or
 #: the mesh (the latest row has those).

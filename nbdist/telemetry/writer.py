@@ -1,16 +1,16 @@
 """A run's writes to the run store, made from a background thread so training never waits.
 
-The kernel's main thread calls the typed methods (``add_metrics``, ``put_health``,
-``add_events``, ``update_run``, ``end_run``, ``delete_run``); each queues its work, and every
+The kernel's main thread calls the typed methods (``add_metrics``, ``put_health``, ``add_events``,
+``update_run``, ``put_summary``, ``end_run``, ``delete_run``); each queues its work, and every
 ``interval`` the thread writes what is queued, in order, merging consecutive appends to one table
 into one transaction. ``flush_soon()`` has it write at once, for news that must not wait (a rank
 died: the sidebar shows it within a second). When another process holds the store ("database is
-locked", past the store's busy timeout), what is queued stays queued, in order, and is written
-again after a pause that doubles up to ``MAX_PAUSE`` seconds: nothing is lost, unless the store
-stays locked for ``give_up_after`` seconds. When the store cannot be written (a read-only
-directory, a full disk, or locked that long), ``error`` says why and every later write is
-dropped: the caller shows one warning and the run goes on. Anything else that goes wrong on the
-thread ends it the same way, with ``error`` set: it never dies silently.
+locked", past the store's busy timeout), what is queued stays queued, in order, and is written again
+after a pause that doubles up to ``MAX_PAUSE`` seconds: nothing is lost, unless the store stays
+locked for ``give_up_after`` seconds. When the store cannot be written (a read-only directory, a
+full disk, or locked that long), ``error`` says why and every later write is dropped: the caller
+shows one warning and the run goes on. Anything else that goes wrong on the thread ends it the same
+way, with ``error`` set: it never dies silently.
 
 What waits is bounded: at most ``max_queued`` rows (metric records, health samples, events). Past
 that (a store locked for long, a disk slower than the run), new rows are dropped, counted
@@ -121,6 +121,11 @@ class StoreWriter:
     def update_run(self, run_id: int, **fields: Any) -> None:
         """Queue ``RunStore.update_run(run_id, **fields)``."""
         self._call(lambda store: store.update_run(run_id, **fields))
+
+    def put_summary(self, run_id: int, summary: dict[str, tuple[float, float, float]]) -> None:
+        """Queue ``RunStore.put_summary``: each metric's (last, least, greatest) mean."""
+        summary = dict(summary)
+        self._call(lambda store: store.put_summary(run_id, summary))
 
     def end_run(
         self,

@@ -1,5 +1,8 @@
 """The run store's record of a run: its row, its metric records and events as they come, its
-figures once a second, its end (``telemetry.writer.StoreWriter``: SQLite, off the main thread).
+figures and summary once a second, its end (``telemetry.writer.StoreWriter``: SQLite, off the
+main thread). The summary is each metric's last, least and greatest mean over ranks (folded
+from the settled means: one step's mean each, not every rank's record): what the runs list
+sorts by.
 
 The row is written when the run is assembled (``start``), so every other output can name the
 run by its id. A store that cannot be written costs one warning under the cell; training goes
@@ -38,6 +41,8 @@ class RunRecord(Observer):
         self.writer = writer
         self.run_id = run_id
         self._last_summary = 0.0
+        self._summary: dict[str, tuple[float, float, float]] = {}  # name -> last, min, max
+        self._changed: set[str] = set()  # names whose summary is not written yet
         self._warned = False
         self._check()
 
@@ -49,12 +54,18 @@ class RunRecord(Observer):
         if self.run_id is not None:
             self.writer.add_events(self.run_id, [event])
 
+    def on_mean(self, name: str, step: float, value: float) -> None:
+        _, low, high = self._summary.get(name, (value, value, value))
+        self._summary[name] = (value, min(low, value), max(high, value))
+        self._changed.add(name)
+
     def on_tick(self, tick: Tick) -> None:
         if self.run_id is not None and (
             tick.urgent or tick.now - self._last_summary >= _SUMMARY_EVERY
         ):
             self._last_summary = tick.now
             self.writer.update_run(self.run_id, **tick.live.summary())
+            self._write_summary()
         if tick.urgent:  # a rank died: the sidebar shows it within a second
             self.writer.flush_soon()
         self._check()
@@ -69,7 +80,13 @@ class RunRecord(Observer):
         self.writer.update_run(self.run_id, **end.live.summary())
         self.writer.end_run(self.run_id, end.status, failures, end.ended)
 
+        self._write_summary()
     def _check(self) -> None:
+
+    def _write_summary(self) -> None:
+        if self._changed and self.run_id is not None:
+            self.writer.put_summary(self.run_id, {n: self._summary[n] for n in self._changed})
+            self._changed = set()
         err = self.writer.error
         if err and not self._warned:
             self._warned = True
