@@ -5,8 +5,11 @@
  *
  * - a `log` toggle for the y axis (log10 when every value is positive, else asinh, which is
  *   linear around zero and logarithmic beyond);
- * - a readout, as text in the page, of the x under the mouse and each line's value there (the
- *   latest values when the mouse is elsewhere); charts given the same `sync` key share the cursor;
+ * - a readout, as text in the page, of the x under the mouse and each line's value there, read
+ *   from the line's own stored points (a decimated line's nearest, its step named when it is not
+ *   the cursor's), smoothed values labelled so with the raw one beside; the latest values when
+ *   the mouse is elsewhere; one number format for the chart (`setFormat`, or chosen from the raw
+ *   values, so smoothing never changes it); charts given the same `sync` key share the cursor;
  * - drag across to zoom in on x, double-click to see everything again; new points do not undo a
  *   zoom;
  * - sharp always: the canvas is sized to the chart's displayed width x devicePixelRatio whenever
@@ -22,7 +25,7 @@ import uPlot from 'uplot';
 
 import { el } from './dom';
 import { axisFormat, columnFormat, fmt, fmtInt } from './format';
-import { finiteTail, IBand, ILine, isDecade, join, near } from './plotdata';
+import { finiteTail, IBand, ILine, isDecade, join, readings } from './plotdata';
 
 export { IBand, ILine } from './plotdata';
 
@@ -104,6 +107,12 @@ export class MetricChart {
     }
   }
 
+  /** The number format of the readout (a board's one format for this metric); null: chosen
+   * from the lines' raw values. Applies from the next drawing. */
+  setFormat(format: ((v: number | null) => string) | null): void {
+    this._fixedFormat = format;
+  }
+
   /** The bands to shade, replacing the last ones: drawn with the next lines (`setLines`). */
   setBands(bands: IBand[]): void {
     this._bands = bands;
@@ -138,7 +147,7 @@ export class MetricChart {
       .join('\n');
     this._lines = lines;
     this._data = join(lines);
-    this._format = columnFormat(lines.flatMap(l => finiteTail(l.y)));
+    this._format = this._fixedFormat ?? columnFormat(lines.flatMap(l => finiteTail(l.raw ?? l.y)));
     if (!this._plot || shape !== this._shape || this._positiveOnly() !== this._positive) {
       this._shape = shape;
       this._build();
@@ -368,30 +377,37 @@ export class MetricChart {
   }
 
   // -- the readout ------------------------------------------------------------------------------
-  /** The x at data index `idx` and each line's value there; the latest values when null. */
+  /** The x at data index `idx` and each line's reading there (`readings`: its own stored point
+   * nearest that x); the latest when null. Smoothed values are labelled so, the raw beside. */
   private _showReadout(idx: number | null): void {
     const xs = this._data[0] as number[];
     if (!xs.length) {
       this._readout.textContent = '';
+      delete this.node.dataset.readout;
       return;
     }
     const at = idx ?? xs.length - 1;
+    const x = xs[at];
     const xLabel = this._opts.xLabel ?? 'step';
-    const parts: string[] = [
-      `${idx === null ? 'latest · ' : ''}${xLabel} ${xLabel === 'step' ? fmtInt(xs[at]) : fmt(xs[at])}`
-    ];
-    const values = this._lines.map((l, i) => [l.label, near(this._data[i + 1], at)] as const);
-    const named = values.length <= READOUT_LINES ? values : values.filter(([l]) => l === 'mean');
-    for (const [label, v] of named) {
-      parts.push(`${label} ${this._format(v)}`);
+    const fx = (v: number) => (xLabel === 'step' ? fmtInt(v) : fmt(v));
+    const parts: string[] = [`${idx === null ? 'latest · ' : ''}${xLabel} ${fx(x)}`];
+    const read = readings(this._lines, x);
+    const smoothing = this._lines.some(l => l.raw);
+    if (smoothing) {
+      parts.push('smoothed (raw)');
     }
-    if (values.length > READOUT_LINES) {
-      const ys = values.map(([, v]) => v).filter((v): v is number => v !== null);
-      if (ys.length) {
-        parts.push(`min ${this._format(Math.min(...ys))}`, `max ${this._format(Math.max(...ys))}`);
-      }
+    const f = this._format;
+    const named = read.length <= READOUT_LINES ? read : read.filter(r => r.label === 'mean');
+    for (const r of named) {
+      const raw = smoothing ? ` (${f(r.raw)})` : '';
+      const elsewhere = r.x !== x ? ` at ${xLabel} ${fx(r.x)}` : '';
+      parts.push(`${r.label} ${f(r.y)}${raw}${elsewhere}`);
     }
-    const band = this._bands.find(b => b.from <= xs[at] && xs[at] <= b.to);
+    if (read.length > READOUT_LINES) {
+      const ys = read.map(r => r.y);
+      parts.push(`min ${f(Math.min(...ys))}`, `max ${f(Math.max(...ys))}`);
+    }
+    const band = this._bands.find(b => b.from <= x && x <= b.to);
     if (band) {
       parts.push(band.label);
     }
@@ -400,7 +416,9 @@ export class MetricChart {
     }
     this._readout.textContent = parts.join(' · ');
     this._readout.title = this._readout.textContent; // in full, where the chart is narrow
-    this.node.dataset.readoutStep = String(xs[at]);
+    this.node.dataset.readoutStep = String(x);
+    // what the readout says, exactly (the browser tests hold it against the run store)
+    this.node.dataset.readout = JSON.stringify(named);
   }
 
   private _opts: IChartOptions;
@@ -416,6 +434,7 @@ export class MetricChart {
   private _positive = true;
   private _range: [number, number] | null = null;
   private _format: (v: number | null) => string = v => fmt(v);
+  private _fixedFormat: ((v: number | null) => string) | null = null;
   private _pending: ILine[] | null = null; // lines not drawn yet (the chart is out of view)
   private _onScreen = false;
   private _focus: string | null = null;

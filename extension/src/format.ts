@@ -59,12 +59,25 @@ export function fmtDuration(seconds: Num): string {
   return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, '0')} min`;
 }
 
+/** Whether a column of these numbers is written in the exponent form (any of them needs it). */
+export function exponentForm(values: Iterable<Num>): boolean {
+  for (const v of values) {
+    if (!missing(v) && wantsExponent(v)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 /**
  * One format for a column of numbers (a table's loss column, a chart's readout): when any value
  * needs the exponent form, every value gets it, so 0.001658 never stands beside 2.90e-4.
  */
-export function columnFormat(values: Num[], digits = 4): (v: Num) => string {
-  const exponent = values.some(v => !missing(v) && wantsExponent(v));
+export function columnFormat(
+  values: Num[],
+  digits = 4,
+  exponent = exponentForm(values)
+): (v: Num) => string {
   if (!exponent) {
     return v => fmt(v, digits);
   }

@@ -19,6 +19,19 @@ export interface ILine {
   /** A null of its own breaks the line (no line is drawn across it); else it is drawn across.
    * For a line alone on its chart: `join` puts nulls where other lines have points. */
   gaps?: boolean;
+  /** The values before smoothing, point for point (set when `y` is smoothed): the readout
+   * shows both, as TensorBoard does. */
+  raw?: ArrayLike<number | null>;
+}
+
+/** What the readout says of one line at the x under the mouse: the line's own stored point
+ * nearest that x (`x`: its x, which may differ from the cursor's on a decimated line), its
+ * value as drawn (`y`: smoothed, when it is) and before smoothing (`raw`). */
+export interface IReading {
+  label: string;
+  x: number;
+  y: number;
+  raw: number | null;
 }
 
 /** A span of x shaded on a chart, and named: the time a run spent recovering. */
@@ -91,18 +104,60 @@ export function broken(
   return { x, y };
 }
 
-/** The value at `idx` of a column, or the nearest one within a few points (decimated lines
- * do not share every x). */
-export function near(column: ArrayLike<number | null | undefined>, idx: number): number | null {
-  for (let d = 0; d < 64; d++) {
-    for (const i of d ? [idx - d, idx + d] : [idx]) {
-      const v = i >= 0 && i < column.length ? column[i] : null;
-      if (v !== null && v !== undefined) {
-        return v;
-      }
+/**
+ * Each line's reading at `x`: its own stored point nearest `x` (ties: the earlier), never a value
+ * of another line's point nor one at another index of the joined table. A line with no value
+ * has no reading. Decimated lines do not share every x: a line whose nearest point is not at
+ * `x` says its own x (the readout names that step).
+ */
+export function readings(lines: ILine[], x: number): IReading[] {
+  const out: IReading[] = [];
+  for (const l of lines) {
+    const i = nearest(l.x, l.y, x);
+    if (i >= 0) {
+      const raw = l.raw ? l.raw[i] : l.y[i];
+      out.push({
+        label: l.label,
+        x: l.x[i],
+        y: l.y[i] as number,
+        raw: raw !== null && raw !== undefined && Number.isFinite(raw) ? raw : null
+      });
     }
   }
-  return null;
+  return out;
+}
+
+/** The index of the point of `x` (ascending) nearest `at` whose value is finite, or -1. */
+function nearest(x: ArrayLike<number>, y: ArrayLike<number | null>, at: number): number {
+  let lo = 0;
+  let hi = x.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (x[mid] < at) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  const ok = (i: number) => {
+    const v = y[i];
+    return v !== null && v !== undefined && Number.isFinite(v);
+  };
+  let left = lo - 1;
+  while (left >= 0 && !ok(left)) {
+    left--;
+  }
+  let right = lo;
+  while (right < x.length && !ok(right)) {
+    right++;
+  }
+  if (right >= x.length) {
+    return left;
+  }
+  if (left < 0) {
+    return right;
+  }
+  return at - x[left] <= x[right] - at ? left : right;
 }
 
 /** The last finite values of a line (for choosing its format). */

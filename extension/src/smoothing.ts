@@ -60,9 +60,14 @@ export interface IRankPoints extends IPoints {
 /** How a line is drawn, besides its label and points. */
 export type LineStyle = Omit<ILine, 'label' | 'x' | 'y'>;
 
-/** `points` as a chart's line, smoothed by `weight`. */
+/** `points` as a chart's line, smoothed by `weight` (its raw values kept beside, for the
+ * readout, when they are smoothed). */
 export function smoothed(label: string, points: IPoints, weight: number, style: LineStyle): ILine {
-  return { label, x: points.x, y: smooth(points.y, weight), ...style };
+  const line: ILine = { label, x: points.x, y: smooth(points.y, weight), ...style };
+  if (weight) {
+    line.raw = points.y;
+  }
+  return line;
 }
 
 /**

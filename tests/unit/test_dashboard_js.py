@@ -111,3 +111,44 @@ def test_no_samples_per_second_is_drawn_across_the_time_spent_recovering(tmp_pat
         "x": [1, 2, 3, 8.5, 9, 10, 10.5, 12],
         "y": [5, 6, None, None, 9, 10, None, None],
     }
+
+
+def test_the_readout_reads_each_lines_own_stored_points(tmp_path):
+    """Decimated lines do not share every step: at step 299 rank 0 kept 298 and 299, rank 1 kept
+    297 only. The readout reads each line's own nearest point and says its step (never another
+    step's value as this step's, as it did through the joined table's neighbours); smoothed lines
+    keep their raw values beside them."""
+    js = _node(
+        tmp_path,
+        "const ranks = [{rank: 0, x: [296, 298, 299], y: [3, 2e-7, 2.997e-6]},"
+        " {rank: 1, x: [295, 297], y: [5, 2.5e-6]}];"
+        "const mean = {x: [295, 296, 297, 298, 299], y: [5, 3, 2.5e-6, 2e-7, 2.997e-6]};"
+        "const plain = m.rankLines(ranks, mean, 0), smooth = m.rankLines(ranks, mean, 0.6);"
+        "console.log(JSON.stringify({at299: m.readings(plain, 299), at298: m.readings(plain, 298),"
+        " smooth: m.readings(smooth, 299)}));",
+    )
+    assert js["at299"] == [
+        {"label": "rank 0", "x": 299, "y": 2.997e-6, "raw": 2.997e-6},
+        {"label": "rank 1", "x": 297, "y": 2.5e-6, "raw": 2.5e-6},
+        {"label": "mean", "x": 299, "y": 2.997e-6, "raw": 2.997e-6},
+    ]
+    assert [(r["label"], r["x"], r["y"]) for r in js["at298"]] == [
+        ("rank 0", 298, 2e-7), ("rank 1", 297, 2.5e-6), ("mean", 298, 2e-7)
+    ]  # fmt: skip
+    raw = [(r["label"], r["x"], r["raw"]) for r in js["smooth"]]
+    assert raw == [("rank 0", 299, 2.997e-6), ("rank 1", 297, 2.5e-6), ("mean", 299, 2.997e-6)]
+    assert all(r["y"] != r["raw"] for r in js["smooth"])  # the smoothed value, and the raw one
+
+
+def test_one_number_format_per_metric_whatever_the_smoothing(tmp_path):
+    """A metric's format on a board: chosen from its raw values, kept in the exponent form once
+    any value needed it (0.006316 is not written so beside 5.72e-3, nor after it)."""
+    js = _node(
+        tmp_path,
+        "const f = new m.MetricFormats();"
+        "const a = f.of('loss', [0.5, 0.006316]), b = f.of('loss', [0.006316, 5.72e-4]),"
+        " c = f.of('loss', [0.006316]), d = f.of('acc', [0.9375, 0.875]);"
+        "console.log(JSON.stringify([a(0.006316), b(0.006316), c(0.006316), d(0.9375),"
+        " b === c]));",
+    )
+    assert js == ["0.006316", "6.32e-3", "6.32e-3", "0.9375", True]

@@ -262,7 +262,8 @@ def test_after_a_recovery_the_board_tells_one_story(no_front_end, tmp_path):
     story = [("died", 1), ("failure", 1), ("phase", None), ("restart", None), ("phase", None),
              ("replaced", 1)]  # fmt: skip
     assert [k for k in kinds if k[0] != "checkpoint"] == [*story, ("finished", None)]
-    assert kinds.count(("checkpoint", 0)) + kinds.count(("checkpoint", 1)) == 49  # + finished
+    # every ordinary event kept (up to 500: the board's events box scrolls)
+    assert kinds.count(("checkpoint", 0)) + kinds.count(("checkpoint", 1)) == 2 * 60
     replaced = next(e for e in w.events if e.kind == "replaced")
     assert replaced.message == "a fresh engine (pid 201) in place of pid 101"
     # the time spent recovering: from the phase's start to its end, no samples/s inside it
@@ -312,3 +313,22 @@ def test_a_new_attempt_is_judged_from_its_own_start(no_front_end):
     clock.now = 1040.0
     col.update_states()
     assert st.state == "silent"  # eight seconds with no news, in this attempt
+
+
+def test_the_head_and_the_table_say_which_step_their_loss_is_of(shown):
+    """The head's loss is the mean over ranks at the latest step all ranks passed, as the
+    observers were told it (the run store's), with that step; each row's loss is the rank's
+    latest, with its step; an end event does not say its kind twice."""
+    col, board, sent, _ = shown
+    board.means["loss"] = (8, 0.123)  # as the Board observer keeps them (on_mean)
+    _feed(col, 0, range(10))
+    _feed(col, 1, range(9))
+    board.update(col, [], "running")
+    assert (board.head["mean_loss"], board.head["mean_step"]) == (0.123, 8)
+    assert [(r["rank"], r["loss"], r["loss_step"]) for r in board.rows] == [
+        (0, pytest.approx(1 / 10), 9),
+        (1, pytest.approx(1 / 9), 8),
+    ]
+    end = RunEvent(0.0, "failed", None, "failed after 1.1 s: rank 1: KeyError: 'b'", None)
+    board.update(col, [end], "failed")
+    assert sent[-1]["events"][0]["message"] == "after 1.1 s: rank 1: KeyError: 'b'"

@@ -28,6 +28,7 @@ Everything here is plain data: numbers are finite or None (a NaN loss travels as
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ...config import TelemetryConfig
@@ -37,14 +38,14 @@ from ...telemetry.format import fmt, fmt_duration
 from ...telemetry.series import RunSeries
 from . import picture
 from .collector import Collector
-from .shown import event_dict, in_view, number, rank_row
+from .shown import event_dict, in_view, number, rank_row, said
 
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
 # points of a metric in a history (its mean's, and shared among its ranks' curves): the loss
 # chart is the large one; the others are small multiples (and the browser keeps adding points)
 _HISTORY_POINTS = 2000
 _HISTORY_POINTS_OTHER = 500
-_EVENTS_KEPT = 50  # ordinary events in a history (beside those of the run's recoveries)
+_EVENTS_KEPT = 500  # ordinary events in a history (beside those of the run's recoveries)
 _EVENTS_PICTURED = 5
 #: Count the bytes sent to the browser (``Dashboard.sent_bytes``): a benchmark's question, which
 #: costs a JSON encoding of every message again, so off unless asked.
@@ -65,8 +66,12 @@ class Dashboard:
         title: str,
         cfg: TelemetryConfig | None = None,
         log_ranks: frozenset[int] | None = None,
+        means: Mapping[str, tuple[float, float]] | None = None,
     ):
         self.cfg = cfg or TelemetryConfig()
+        # each metric's latest settled mean over ranks, (step, value), as the run's observers
+        # are told it (the run store keeps the same): the head's loss and its step
+        self.means = means if means is not None else {}
         self.title = title
         self.log_ranks = log_ranks
         self.widget = None
@@ -181,7 +186,7 @@ class Dashboard:
             "total": col.total,
             "eta": number(col.eta()) if status == "running" else None,
             "rate": number(rate),
-            "mean_loss": number(col.mean_loss()),
+            **_mean_of(self.means, col),
             "elapsed": round(now - col.started, 1),
             "ranks": len(col.ranks),
             "dropped": col.series.dropped,  # metrics past the charted limit
@@ -280,7 +285,7 @@ class Dashboard:
             },
             rate=(self.rate.x, self.rate.y),
             rows=self.rows,
-            events=[(e.kind, e.rank, e.message) for e in in_view(events, _EVENTS_PICTURED)],
+            events=[(e.kind, e.rank, said(e)) for e in in_view(events, _EVENTS_PICTURED)],
             recovering=[(a, b) for a, b in self.recovering if b is not None],
         )
         if self._handle is not None:
@@ -292,11 +297,24 @@ def _history_of(series: RunSeries, name: str) -> dict:
     """One metric's curves as a history sends them: decimated to a few thousand points."""
     points = _HISTORY_POINTS if name == "loss" else _HISTORY_POINTS_OTHER
     ranks = series.ranks[name]
-    per_rank = max(50, points // max(1, len(ranks)))
+    # each of a few ranks at the mean's resolution, or nearly: a decimated rank reads its own
+    # stored points (the readout names their steps), but the fewer steps it lacks the better
+    per_rank = max(50, points // 2, points // max(1, len(ranks)))
     return {
         "ranks": {str(r): decimated(c, per_rank) for r, c in sorted(ranks.items())},
         "mean": decimated(series.mean[name], points),
     }
+
+
+def _mean_of(means: Mapping[str, tuple[float, float]], col: Collector) -> dict:
+    """The head's loss: the mean over ranks at the latest step every rank passed, and that step
+    (as the observers were told it; the collector's latest mean before any was told)."""
+    got = means.get("loss")
+    if got is None:
+        curve = col.series.mean.get("loss")
+        got = (curve.last_x(), curve.last()) if curve is not None else (None, None)
+    step, value = got
+    return {"mean_loss": number(value), "mean_step": number(step)}
 
 
 def _size(msg: dict) -> int:

@@ -45,7 +45,8 @@ def rank_row(st: RankState, now: float, zero_based: bool) -> dict:
         "state": st.state,
         "error": st.error,
         "steps": None if st.step is None else st.step + (1 if zero_based else 0),
-        "loss": loss,
+        "loss": loss,  # its latest, reported at step loss_step
+        "loss_step": st.step if st.loss is not None else None,
         "step_ms": number(st.step_time and st.step_time * 1000),
         "cpu": number(h and h.cpu),
         "rss_mb": number(h and h.rss and h.rss / 2**20),
@@ -71,9 +72,17 @@ def event_dict(e: RunEvent) -> dict:
         "time": e.time,
         "kind": kind,
         "rank": e.rank,
-        "message": str(e.message or ""),
+        "message": said(e),
         "kept": kind in RECOVERY_KINDS,
     }
+
+
+def said(e: RunEvent) -> str:
+    """An event's message as a board shows it after its kind: without the kind again when the
+    message begins with it (the run's end, ``failed`` "failed after 1.1 s: ...", reads
+    ``failed after 1.1 s: ...``, not ``failed failed after``)."""
+    kind, message = str(e.kind), str(e.message or "")
+    return message[len(kind) :].lstrip() if message.startswith(kind + " ") else message
 
 
 def in_view(events: list[RunEvent], latest: int, kept: int = _RECOVERY_EVENTS) -> list[RunEvent]:

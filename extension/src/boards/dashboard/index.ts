@@ -17,7 +17,9 @@ import { render } from './view';
 // for the tests (tests/unit/test_dashboard_js.py)
 export { Series } from '../series';
 export { columnFormat, fmt, fmtDuration, fmtInt } from '../../format';
-export { broken } from '../../plotdata';
+export { broken, readings } from '../../plotdata';
+export { rankLines } from '../../smoothing';
+export { MetricFormats } from './numbers';
 export { inView } from './store';
 
 export default boardModule(DashboardStore, render);

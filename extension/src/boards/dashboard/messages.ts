@@ -20,7 +20,9 @@ export interface IHead {
   eta: number | null;
   /** samples/s */
   rate: number | null;
+  /** the mean loss over ranks at `mean_step`, the latest step every rank has passed */
   mean_loss: number | null;
+  mean_step: number | null;
   /** seconds since the start */
   elapsed: number;
   ranks: number;
@@ -47,7 +49,9 @@ export interface IRankRow {
   /** a failed rank's error, one line */
   error: string | null;
   steps: number | null;
+  /** its latest loss (a text when not finite: "nan"), reported at step `loss_step` */
   loss: number | string | null;
+  loss_step: number | null;
   step_ms: number | null;
   cpu: number | null;
   rss_mb: number | null;

@@ -1,16 +1,14 @@
 /**
- * The dashboard's lower panels: the run's latest events (and, whatever came after, those that
- * tell its failures and recoveries), the last lines of the ranks whose output is not shown under
+ * The dashboard's lower panels: the run's events, every one the board keeps (the latest
+ * EVENTS_KEPT, and whatever came after those that tell its failures and recoveries) in a box
+ * that scrolls, following the latest unless scrolled back, the last lines of the ranks whose output is not shown under
  * the cell, and (with --profile, at the end) where a step's time went on each rank. Everything
  * from an engine is set as text.
  */
 import { el } from '../../dom';
 import { fmt } from '../../format';
 import { IEvent, IProfile, IProfileRow } from './messages';
-import { inView } from './store';
-
-/** Ordinary events shown: the latest (beside those kept in view: `inView`). */
-const EVENTS_SHOWN = 8;
+import { EVENTS_KEPT, inView } from './store';
 
 // A profiled step's parts, as nbdist/notebook/debug/profile.py names them
 const PARTS: [keyof IProfileRow, string][] = [
@@ -20,13 +18,37 @@ const PARTS: [keyof IProfileRow, string][] = [
   ['wait_ms', 'waiting']
 ];
 
-export function drawEvents(box: HTMLElement, events: IEvent[]): void {
+/** The events box: its heading (with the count) and the list, which scrolls. */
+export class EventList {
+  readonly node = el('div', 'nbd-events');
+
+  constructor() {
+    this.node.append(this.heading, this.list);
+  }
+
+  draw(events: IEvent[]): void {
+    const list = this.list;
+    // following the latest unless the person scrolled back to read
+    const atEnd = list.scrollHeight - list.scrollTop - list.clientHeight < 4;
+    const shown = inView(events, EVENTS_KEPT);
+    this.heading.textContent = shown.length > 8 ? `events (${shown.length})` : 'events';
+    drawEvents(list, shown);
+    this.node.dataset.events = String(shown.length);
+    if (atEnd) {
+      list.scrollTop = list.scrollHeight;
+    }
+  }
+
+  private readonly heading = el('div', 'nbd-section', 'events');
+  private readonly list = el('div', 'nbd-event-list');
+}
+
+function drawEvents(box: HTMLElement, events: IEvent[]): void {
   box.textContent = '';
-  box.append(el('div', 'nbd-section', 'events'));
   if (!events.length) {
     box.append(el('div', 'nbd-quiet', 'none yet'));
   }
-  for (const e of inView(events, EVENTS_SHOWN)) {
+  for (const e of events) {
     const line = el('div', 'nbd-event nbd-event-' + e.kind);
     line.classList.toggle('nbd-event-kept', !!e.kept);
     const who = e.rank === null || e.rank === undefined ? '' : `rank ${e.rank}: `;

@@ -8,7 +8,7 @@ import { BoardStore, IChanged } from '../store';
 import { IEvent, IHead, IProfile, IRankRow, Message, Span } from './messages';
 
 /** Ordinary events kept (as the kernel's history does), beside those of the recoveries. */
-const EVENTS_KEPT = 50;
+export const EVENTS_KEPT = 500;
 /** Events that tell a failure or a recovery kept in view: the latest (the kernel's too). */
 const KEPT_EVENTS = 24;
 

@@ -17,7 +17,7 @@ const COLUMNS: [Key, string][] = [
   ['pid', 'pid'],
   ['state', 'state'],
   ['steps', 'steps'],
-  ['loss', 'loss'],
+  ['loss', 'last loss'],
   ['step_ms', 'step ms'],
   ['cpu', 'cpu %'],
   ['rss_mb', 'rss MB'],
@@ -39,7 +39,8 @@ const TEXT = new Set<Key>(['host', 'state', 'stage']);
 const TITLES: Partial<Record<Key, string>> = {
   pp: "its stage along the mesh's pp dimension (nbdist.mesh): index / size",
   dp: "its replica along the mesh's dp dimension (nbdist.mesh): index / size",
-  tp: "its shard along the mesh's tp dimension (nbdist.mesh): index / size"
+  tp: "its shard along the mesh's tp dimension (nbdist.mesh): index / size",
+  loss: "each rank's latest loss, at its latest step (the cell's title names it); the head's is their mean at the step all have passed"
 };
 const WHOLE = new Set<Key>(['rank', 'steps', 'quiet']);
 
@@ -54,8 +55,8 @@ export class RankTable {
     this.node.append(table);
   }
 
-  /** The rows, by rank. */
-  draw(rows: IRankRow[]): void {
+  /** The rows, by rank; `loss`: the board's format of the loss (the head and the chart's). */
+  draw(rows: IRankRow[], loss: (v: number | null) => string): void {
     const columns = COLUMNS.filter(
       ([key]) => !OPTIONAL.has(key) || rows.some(row => row[key] !== null && row[key] !== undefined)
     );
@@ -65,7 +66,9 @@ export class RankTable {
         key,
         WHOLE.has(key)
           ? fmtInt
-          : columnFormat(rows.map(row => (typeof row[key] === 'number' ? row[key] : null)))
+          : key === 'loss'
+            ? loss
+            : columnFormat(rows.map(row => (typeof row[key] === 'number' ? row[key] : null)))
       ])
     );
     this.hrow.textContent = '';
@@ -120,5 +123,13 @@ function cell(row: IRankRow, key: Key, format: (v: number | null) => string): HT
   if (TEXT.has(key)) {
     return el('td', 'nbd-' + key, String(v || MISSING));
   }
-  return el('td', 'nbd-num', typeof v === 'string' ? v : format(typeof v === 'number' ? v : null));
+  const td = el(
+    'td',
+    'nbd-num',
+    typeof v === 'string' ? v : format(typeof v === 'number' ? v : null)
+  );
+  if (key === 'loss' && row.loss_step !== null && row.loss_step !== undefined) {
+    td.title = `rank ${row.rank}'s loss at step ${fmtInt(row.loss_step)}`;
+  }
+  return td;
 }

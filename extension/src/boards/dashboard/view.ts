@@ -6,12 +6,13 @@
  * attributes on the root (status, points, charts, ranks) are what the browser tests read.
  */
 import { el } from '../../dom';
-import { fmt, fmtDuration, fmtInt } from '../../format';
+import { fmtDuration, fmtInt } from '../../format';
 import { broken, IBand } from '../../plotdata';
 import { RANK_LINES, rankLines } from '../../smoothing';
 import { BoardCharts } from '../charts';
 import { follow, syncKey } from '../view';
-import { drawEvents, drawProfile, LogTail } from './panels';
+import { Format, MetricFormats } from './numbers';
+import { drawProfile, EventList, LogTail } from './panels';
 import { DashboardStore, IDashboardChanged } from './store';
 import { RankTable } from './table';
 
@@ -48,10 +49,28 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
   const table = new RankTable();
   const profileBox = el('div', 'nbd-profile');
   const bottom = el('div', 'nbd-bottom');
-  const eventsBox = el('div', 'nbd-events');
+  const events = new EventList();
   const logs = new LogTail();
-  bottom.append(eventsBox, logs.node);
+  bottom.append(events.node, logs.node);
   root.append(head, bar, charts.slider, charts.top, grid.node, profileBox, table.node, bottom);
+  const formats = new MetricFormats();
+
+  // A metric's one format on this board (head, table, readout), from its latest raw values:
+  // its mean's, each rank's, and (the loss) the table's and the head's.
+  function formatOf(name: string): Format {
+    const m = store.metrics.get(name);
+    const values: (number | null | undefined)[] = [];
+    for (const s of m ? [m.mean, ...m.ranks.values()] : []) {
+      values.push(...s.y.slice(-50), ...s.view().y.slice(-2));
+    }
+    if (name === 'loss') {
+      values.push(store.head().mean_loss);
+      for (const row of store.rows.values()) {
+        values.push(typeof row.loss === 'number' ? row.loss : null);
+      }
+    }
+    return formats.of(name, values);
+  }
 
   // A metric's lines: each rank's (while there are few) and their mean, smoothed alike.
   function linesOf(name: string) {
@@ -59,6 +78,7 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
     if (!m) {
       return [];
     }
+    (name === 'loss' ? lossChart : grid.charts.get(name))?.setFormat(formatOf(name));
     const ranks = [...m.ranks.entries()].sort(([a], [b]) => a - b);
     // past RANK_LINES ranks only their mean is drawn: no rank's points are gathered then
     const shown = ranks.length > RANK_LINES ? [] : ranks;
@@ -87,6 +107,10 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
       colour
     }));
     const v = broken(store.rate.view(), bands);
+    // nothing reports samples: no chart for them, the loss takes the row
+    const none = !store.rate.length && !bands.length;
+    charts.top.classList.toggle('nbd-no-rate', none);
+    rateChart.node.style.display = none ? 'none' : '';
     rateChart.setBands(bands);
     rateChart.setLines([
       { label: 'samples/s', x: v.x, y: v.y, colour: '#1565c0', width: 1.5, gaps: true }
@@ -99,7 +123,7 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
     title.textContent = p.title || '';
     badge.textContent = status;
     badge.className = 'nbd-badge nbd-status-' + status.split(' ')[0];
-    stats.textContent = progress(p).join(' · ');
+    stats.textContent = progress(p, formatOf('loss')).join(' · ');
     const share = p.total && p.steps ? Math.min(1, p.steps / p.total) : 0;
     fill.style.width = `${(100 * share).toFixed(2)}%`;
     bar.style.display = p.total ? '' : 'none';
@@ -108,7 +132,7 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
 
   function drawRows() {
     const rows = [...store.rows.values()].sort((a, b) => a.rank - b.rank);
-    table.draw(rows);
+    table.draw(rows, formatOf('loss'));
     root.dataset.ranks = String(rows.length);
   }
 
@@ -126,7 +150,7 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
       drawRows();
     }
     if (changed.all || changed.events) {
-      drawEvents(eventsBox, store.events);
+      events.draw(store.events);
     }
     if (changed.all || changed.logs) {
       logs.draw(store.logs);
@@ -140,8 +164,9 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
   return follow(root, store, draw, [charts]);
 }
 
-/** The head's figures: steps (of the total, and its share), ETA, samples/s, loss, time. */
-function progress(p: ReturnType<DashboardStore['head']>): string[] {
+/** The head's figures: steps (of the total, and its share), ETA, samples/s, the mean loss over
+ * ranks at the latest step every rank has passed (in the loss's `format`), time. */
+function progress(p: ReturnType<DashboardStore['head']>, format: Format): string[] {
   const parts: string[] = [];
   if (p.steps !== undefined && p.steps !== null) {
     parts.push(
@@ -158,7 +183,9 @@ function progress(p: ReturnType<DashboardStore['head']>): string[] {
     parts.push(`${fmtInt(p.rate)} samples/s`);
   }
   if (p.mean_loss !== null && p.mean_loss !== undefined) {
-    parts.push(`loss ${fmt(p.mean_loss)}`);
+    const at =
+      p.mean_step === null || p.mean_step === undefined ? '' : ` at step ${fmtInt(p.mean_step)}`;
+    parts.push(`mean loss ${format(p.mean_loss)}${at}`);
   }
   if (p.elapsed !== undefined) {
     parts.push(fmtDuration(p.elapsed));

@@ -44,9 +44,13 @@ class Board(Observer):
         self.events: list[RunEvent] = []
         self.latencies: list[float] = []  # seconds from a record's report() to the board
         self._pending: list[float] = []  # engine times of records not yet shown
+        self.means: dict[str, tuple[float, float]] = {}  # metric -> its latest (step, mean)
 
     def on_records(self, rank: int, records: list[MetricRecord]) -> None:
         self._pending.extend(rec.time for rec in records)
+
+    def on_mean(self, name: str, step: float, value: float) -> None:
+        self.means[name] = (step, value)
 
     def on_event(self, event: RunEvent) -> None:
         self.events.append(event)
@@ -71,7 +75,7 @@ class Board(Observer):
             self._note_latency()
 
     def _show(self, col: Collector) -> None:
-        self.dashboard = Dashboard(self.title, self.cfg, self.log_ranks)
+        self.dashboard = Dashboard(self.title, self.cfg, self.log_ranks, self.means)
         self.dashboard.show(col)
 
     def _note_latency(self) -> None:
