@@ -66,7 +66,19 @@ export interface IRun {
   options: Record<string, unknown>;
   /** The failing rank and its error, one line ("rank 1: KeyError: 'b'"); "" if none. */
   error: string;
+  /** False for a cell of the session that is not a run (listed only when asked: `all`). */
+  listed: boolean;
+  /** Each metric's last, least and greatest mean over ranks (`telemetry.listing`). */
+  summary: Record<string, IMetricSummary>;
 }
+
+/** One metric of a run's summary: its mean over ranks, last, least and greatest. */
+export interface IMetricSummary {
+  last: number | null;
+  min: number | null;
+  max: number | null;
+}
+
 
 /** One rank's failure, as a finished run keeps it. */
 export interface IFailure {
