@@ -52,9 +52,21 @@ class RankFailure:
         return self.kind == "interrupted" or any(m in self.summary for m in _BYSTANDER_MARKS)
 
 
-def _rank_list(ranks: Iterable[int]) -> str:
-    ranks = sorted(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+def rank_list(ranks: Iterable[int]) -> str:
+    """ "rank 3", "ranks 0, 2" or, for runs of three or more, "ranks 0-63, 65": short at any
+    number of ranks."""
+    ranks = sorted(set(ranks))
+    parts, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{ranks[i]}-{ranks[j]}")
+        else:
+            parts.extend(str(r) for r in ranks[i : j + 1])
+        i = j + 1
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
 
 
 def trim(text: str, head: int = 40, tail: int = 20) -> str:
@@ -73,14 +85,45 @@ def trim_repr(value: object, width: int = 40) -> str:
 
 
 def group_failures(failures: Iterable[RankFailure]) -> list[tuple[list[int], RankFailure]]:
-    """Group identical failures; root causes first (earliest first), bystanders last."""
-    groups: dict[tuple[str, str], list[RankFailure]] = {}
+    """Group identical failures (summary and traceback); in the order of ``cause``'s rule:
+    root causes first (earliest first, then lowest rank), bystanders last. Each group's
+    failure is its lowest rank's."""
+    return _grouped(failures, lambda f: (f.summary, f.traceback))
+
+
+@dataclass(frozen=True)
+class Cause:
+    """The failure that explains a run's end, and every rank that failed alike."""
+
+    ranks: tuple[int, ...]
+    failure: RankFailure  # the lowest of those ranks'
+
+    def line(self) -> str:
+        """ "ranks 0-3: ValueError: bad shape": the summary's first line, at most 300 characters."""
+        first = (self.failure.summary.splitlines() or [""])[0]
+        return f"{rank_list(self.ranks)}: {first[:300]}"
+
+
+def cause(failures: Iterable[RankFailure]) -> Cause | None:
+    """The one rule for "the cause", wherever a failure is shown (the cell, the board, the run
+    store and the sidebar): among the failures that were not a bystander's, those alike (the
+    same summary) with the earliest failure among them, named by every rank; the lowest rank's
+    stands for them. None when every failure was a bystander's (or there is none)."""
+    groups = _grouped(failures, lambda f: f.summary)
+    if not groups or groups[0][1].bystander:
+        return None
+    return Cause(tuple(sorted(groups[0][0])), groups[0][1])
+
+
+def _grouped(failures: Iterable[RankFailure], key) -> list[tuple[list[int], RankFailure]]:
+    groups: dict[object, list[RankFailure]] = {}
     for f in failures:
-        groups.setdefault((f.summary, f.traceback), []).append(f)
+        groups.setdefault(key(f), []).append(f)
     ordered = sorted(
-        groups.values(), key=lambda fs: (fs[0].bystander, min(f.at for f in fs), fs[0].rank)
+        groups.values(),
+        key=lambda fs: (fs[0].bystander, min(f.at for f in fs), min(f.rank for f in fs)),
     )
-    return [([f.rank for f in fs], fs[0]) for fs in ordered]
+    return [(sorted(f.rank for f in fs), min(fs, key=lambda f: f.rank)) for fs in ordered]
 
 
 class DistributedCellError(NbdistError):
@@ -90,13 +133,14 @@ class DistributedCellError(NbdistError):
         self.failures = failures
         self.groups = group_failures(failures)
         self.note = note
-        ranks, first = self.groups[0]
-        super().__init__(f"{_rank_list(ranks)}: {first.summary}")
+        self.root = cause(failures)
+        ranks, first = (self.root.ranks, self.root.failure) if self.root else self.groups[0]
+        super().__init__(f"{rank_list(ranks)}: {first.summary}")
 
     @property
     def root_ranks(self) -> list[int]:
-        """The ranks whose failure came first and was not caused by another rank."""
-        return self.groups[0][0]
+        """The ranks whose failure came first and was not caused by another rank (``cause``)."""
+        return list(self.root.ranks) if self.root else self.groups[0][0]
 
     def report(self) -> str:
         """The whole report, as plain text."""
@@ -104,7 +148,7 @@ class DistributedCellError(NbdistError):
         for i, (ranks, f) in enumerate(self.groups):
             if i == 1 and f.bystander:
                 parts.append("-- then, as a consequence --")
-            body = f"{_rank_list(ranks)}: {f.summary}"
+            body = f"{rank_list(ranks)}: {f.summary}"
             if f.traceback and not f.bystander:
                 body = trim(f.traceback.rstrip()) + "\n" + body
             parts.append(body)

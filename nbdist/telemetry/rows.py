@@ -16,7 +16,7 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..errors import RankFailure
+from ..errors import RankFailure, cause
 from .events import (
     EVENT_COLUMNS,
     HEALTH_COLUMNS,
@@ -264,13 +264,13 @@ def decoded(rows: list, column: str) -> list[dict]:
 
 
 def error_line(failures: list[dict]) -> str:
-    """The failure that caused the others (or the first), as "rank 1: KeyError: 'b'"."""
+    """The run's cause by ``errors.cause``'s rule, as "ranks 0-3: KeyError: 'b'"; "" if none."""
     try:
-        found = [RankFailure(f["rank"], str(f["summary"]), kind=str(f["kind"])) for f in failures]
-    except (KeyError, TypeError):
+        found = [
+            RankFailure(f["rank"], str(f["summary"]), kind=str(f["kind"]), at=float(f.get("at", 0)))
+            for f in failures
+        ]
+    except (KeyError, TypeError, ValueError):
         return ""
-    cause = next((f for f in found if not f.bystander), found[0] if found else None)
-    if cause is None:
-        return ""
-    first = (cause.summary.splitlines() or [""])[0]
-    return f"rank {cause.rank}: {first[:300]}"
+    root = cause(found)
+    return root.line() if root else ""

@@ -18,7 +18,7 @@ import builtins
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import RankFailure, UsageError
+from ...errors import RankFailure, UsageError, cause
 from ...protocol import PostMortem
 from ...worker import api
 from ..cluster import fanout
@@ -35,8 +35,8 @@ def pick(cluster: Any, rank: int | None) -> tuple[int, RankFailure]:
     if not failed:
         raise UsageError("nothing to debug: the last %%distributed cell did not fail")
     if rank is None:
-        causes = [r for r, (f, _) in sorted(failed.items()) if not f.bystander]
-        rank = min(causes or failed, key=lambda r: (failed[r][0].at, r))
+        root = cause(f for f, _ in failed.values())
+        rank = root.failure.rank if root else min(failed, key=lambda r: (failed[r][0].at, r))
     if rank not in failed:
         others = ", ".join(map(str, sorted(failed)))
         raise UsageError(

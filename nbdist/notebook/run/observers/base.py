@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ....config import CellOptions
-from ....errors import RankFailure, group_failures
+from ....errors import Cause, RankFailure, cause
 from ....protocol import TrialInfo
 from ....telemetry.events import MetricRecord, RunEvent
 from ....telemetry.format import fmt_duration
@@ -104,17 +104,15 @@ class RunEnd:
     recorded: bool = True  # False: the run never reached the engines (its record is dropped)
 
     @property
-    def cause(self) -> RankFailure | None:
-        """The failure that explains the run's end: the first that was not a bystander's (the
-        rule ``errors.group_failures`` orders by), or None."""
-        groups = group_failures(self.failures)
-        return groups[0][1] if groups and not groups[0][1].bystander else None
+    def cause(self) -> Cause | None:
+        """The failure that explains the run's end, by ``errors.cause``'s rule, or None."""
+        return cause(self.failures)
 
     def message(self) -> str:
-        """The end as one line: ``failed after 3.1 s: rank 1: KeyError: 'b'``."""
+        """The end as one line: ``failed after 3.1 s: ranks 0-3: KeyError: 'b'``."""
         line = f"{self.status} after {fmt_duration(self.ended - self.live.started)}"
-        cause = self.cause
-        return line + (f": rank {cause.rank}: {cause.summary}" if cause else "")
+        found = self.cause
+        return line + (f": {found.line()}" if found else "")
 
 
 @dataclass
