@@ -332,3 +332,23 @@ def test_the_head_and_the_table_say_which_step_their_loss_is_of(shown):
     end = RunEvent(0.0, "failed", None, "failed after 1.1 s: rank 1: KeyError: 'b'", None)
     board.update(col, [end], "failed")
     assert sent[-1]["events"][0]["message"] == "after 1.1 s: rank 1: KeyError: 'b'"
+
+
+def test_a_front_end_that_lost_a_message_gets_the_whole_board_again(shown):
+    """A view that saw a gap in the sequence (or no news for a while) asks for the whole board:
+    the kernel answers (between cells) with a history of a new sequence number, as of the latest
+    update; at the end the widget carries the picture too, for a view that could not draw."""
+    from nbdist.notebook.board.widget import _heard
+
+    col, board, sent, _ = shown
+    _feed(col, 0, range(10))
+    _feed(col, 1, range(10))
+    col.settle_mean()
+    board.update(col, [], "running")
+    seq = board.seq
+    _heard(board.widget, {"kind": "resend", "seq": 1, "why": "message 2 was lost"}, [])
+    history = board.widget.history
+    assert board.widget.resends == 1 and history["seq"] == seq + 1 > seq
+    assert history["metrics"]["loss"]["ranks"]["1"][0] == list(range(10))
+    svg = board.finish(col, [], "ok", 1001.0)
+    assert board.widget.picture == svg and svg.startswith("<svg")

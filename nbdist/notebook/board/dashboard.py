@@ -96,6 +96,7 @@ class Dashboard:
         self.rows: list[dict] = []  # the latest table, as data
         self.head: dict = {}  # the latest progress line, as data
         self.profile: dict | None = None  # where a step's time went, once the cell has ended
+        self._latest: tuple | None = None  # the latest update's (col, events, status, now)
 
     # -- display ------------------------------------------------------------------------------
     def show(self, col: Collector) -> None:
@@ -108,6 +109,7 @@ class Dashboard:
         self.live = live()
         if self.live:
             self.widget = DashboardWidget()
+            self.widget.resend = self._resend
             col.series.keep_fresh()  # from now on, what is new goes out with each update
             self._refresh_history(col, [], "running", col.clock())
         self._handle = display(self._bundle(), raw=True, display_id=True)
@@ -134,6 +136,7 @@ class Dashboard:
         """Send the browser what changed since the last update (nothing, if nothing did);
         ``now``: the time the head's elapsed time is taken at (the run's end, at the end)."""
         now = col.clock() if now is None else now
+        self._latest = (col, events, status, now)
         self.updates += 1
         at = round(now - col.started, 3)
         was = bool(self.recovering) and self.recovering[-1][1] is None
@@ -230,6 +233,13 @@ class Dashboard:
             self._logs_sent.update(moved)
         return out
 
+    def _resend(self) -> None:
+        """A front end asked for the whole board again (it lost a message, or heard nothing for
+        a while): the head and everything so far, as of the latest update."""
+        if self._latest is not None and self.widget is not None:
+            self._refresh_history(*self._latest)
+            self.widget.send_state(["head", "picture"])
+
     def _refresh_history(self, col: Collector, events: list[RunEvent], status: str, now: float):
         """Everything so far, decimated: where a view that appears now starts."""
         self._last_history = now
@@ -288,6 +298,8 @@ class Dashboard:
             events=[(e.kind, e.rank, said(e)) for e in in_view(events, _EVENTS_PICTURED)],
             recovering=[(a, b) for a, b in self.recovering if b is not None],
         )
+        if self.widget is not None:
+            self.widget.picture = svg  # shown by a view that could not draw
         if self._handle is not None:
             self._handle.update(self._bundle(svg), raw=True)
         return svg

@@ -17,7 +17,10 @@ JupyterLab, Notebook 7 and VS Code send every cell with ``allow_stdin`` (a perso
 answer ``input()``), whatever their tab's state; papermill, ``jupyter nbconvert --execute`` and
 ``jupyter execute`` (nbclient) send none, and render no widgets. ``NBDIST_BOARDS`` overrides it.
 A board's front end acknowledges its model (``seen()``): once one has, this kernel's boards are
-live whatever the request says.
+live whatever the request says. A front end that lost a message, or heard nothing for a while as
+its run went, asks for the whole board again (``{"kind": "resend"}``): the kernel reads it between
+cells, so a board that missed its run's messages is mended, finished board and picture included,
+as soon as the cell ends.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import base64
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +97,8 @@ def _allows_stdin() -> bool:
 
 class BoardWidget(anywidget.AnyWidget):
     """What every board's widget has: ``head`` and ``history`` (see the module's docstring),
-    and ``seen``, set when a front end acknowledges the model (between cells, at the soonest)."""
+    and ``seen``, set when a front end acknowledges the model (between cells, at the soonest);
+    ``resend``, when set, sends the whole board again (a front end asked: ``resends`` counts)."""
 
     head = traitlets.Dict().tag(sync=True)
     history = traitlets.Dict().tag(sync=True)
@@ -101,13 +106,19 @@ class BoardWidget(anywidget.AnyWidget):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.seen = False
+        self.resend: Callable[[], None] | None = None
+        self.resends = 0
         self.on_msg(_heard)
 
 
 def _heard(widget: BoardWidget, content: Any, buffers: Any) -> None:
     global _seen
-    if isinstance(content, dict) and content.get("kind") == "seen":
+    kind = content.get("kind") if isinstance(content, dict) else None
+    if kind == "seen":
         widget.seen = _seen = True
+    elif kind == "resend" and widget.resend is not None:
+        widget.resends += 1
+        widget.resend()
 
 
 class DashboardWidget(BoardWidget):
@@ -115,6 +126,9 @@ class DashboardWidget(BoardWidget):
 
     _esm = built("dashboard.js")
     _css = built("dashboard.css")
+    #: the finished board as SVG (``picture``), set at the end: a view that could not draw
+    #: shows it under the line that says why
+    picture = traitlets.Unicode("").tag(sync=True)
 
 
 class SweepWidget(BoardWidget):
