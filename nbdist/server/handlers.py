@@ -4,7 +4,14 @@ and its authorization (``@authorized``, on resource ``nbdist.clusters`` or ``nbd
     GET    clusters                       clusters on this machine and their engines
     POST   clusters            {"n": N}   start a local cluster of N engines (202, at once)
     DELETE clusters/ID                    stop a cluster started from the sidebar (202)
-    GET    runs?limit=N                   the latest runs, newest first
+    GET    runs?offset=K&limit=N&q=TEXT&status=a,b&sort=KEY&order=asc|desc&all=0|1
+                                          a page of the runs (N <= 1000, 100 by default),
+                                          newest first: ``q`` a part of the name (any case),
+                                          ``status`` any of these, ``sort`` time, duration,
+                                          name, status, step or a summary metric (``loss``,
+                                          ``min:loss``), ``all=1`` the session's other cells
+                                          too (``telemetry.listing``); ``total``: every run
+                                          found, ``metrics``: what runs can be sorted by
     GET    runs/ID                        one run, with its options, source and failures
     GET    runs/ID/metrics?since_id=K&limit=N  its metric rows after row K, at most N (1,000;
                                           up to 10,000); ``next``: the since_id of the next
@@ -54,6 +61,7 @@ from tornado.ioloop import IOLoop
 
 from ..errors import UsageError, trim_repr
 from ..records.limits import parse_count
+from ..telemetry.listing import MAX_LIMIT, RunQuery
 from ..telemetry.series import MAX_METRICS
 from ..telemetry.store import RunStore
 from . import pages
@@ -70,6 +78,9 @@ _RUN_ID = re.compile(r"[0-9]{1,18}")
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 _MAX_NAME = 200  # characters of a metric name asked for
 _MAX_ID = 2**63 - 1  # a row id: SQLite's INTEGER
+#: What ``GET runs`` takes (and Jupyter's own: a token, a cache-buster).
+_RUNS_ARGS = ("offset", "limit", "q", "status", "sort", "order", "all")
+_JUPYTER_ARGS = ("token", "_")
 
 
 def _pool(name: str, workers: int) -> ThreadPoolExecutor:
@@ -210,8 +221,29 @@ class RunsHandler(_Base):
     @tornado.web.authenticated
     @authorized
     async def get(self) -> None:
-        limit = self._int_arg("limit", 100, 1, 1000)
-        await self._answer(lambda store: {"runs": store.list_runs(limit)})
+        query = self._query()
+        await self._answer(lambda store: pages.runs_page(store, query))
+
+    def _query(self) -> RunQuery:
+        """The page asked for, or a 400 that names what is wrong and what is taken."""
+        unknown = sorted(set(self.request.query_arguments) - {*_RUNS_ARGS, *_JUPYTER_ARGS})
+        if unknown:
+            raise tornado.web.HTTPError(
+                400, f"runs takes {', '.join(_RUNS_ARGS)}, not {trim_repr(unknown[0])}"
+            )
+        arg = self.get_query_argument
+        try:
+            return RunQuery(
+                offset=self._int_arg("offset", 0, 0, 2**62),
+                limit=self._int_arg("limit", 100, 1, MAX_LIMIT),
+                name=arg("q", ""),
+                status=arg("status", ""),
+                sort=arg("sort", "time"),
+                order=arg("order", ""),
+                all=self._int_arg("all", 0, 0, 1) == 1,
+            )
+        except UsageError as e:
+            raise tornado.web.HTTPError(400, str(e)) from None
 
 
 class RunHandler(_Base):

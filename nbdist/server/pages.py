@@ -1,6 +1,7 @@
 """What the run endpoints send, bounded whatever a run's length, as strict JSON.
 
-A run of a million steps on many ranks has millions of metric rows; no answer holds them all.
+A run of a million steps on many ranks has millions of metric rows, and a store thousands of
+runs; no answer holds them all. Runs go out a page at a time (``runs_page``), with their total.
 Raw rows go out a page at a time (``metrics_page``, ``events_page``: at most ``MAX_PAGE`` rows,
 with the cursor of the next page); curves go out decimated (``curves``). Every answer is
 encoded by ``encode``, on the server's reader threads (not its event loop): strict JSON, in
@@ -14,6 +15,7 @@ import json
 import math
 from typing import Any
 
+from ..telemetry.listing import RunQuery
 from ..telemetry.store import RunStore
 
 #: Metric rows in one answer by default, and at most (about 150 bytes each in JSON).
@@ -22,6 +24,20 @@ MAX_PAGE = 10_000
 #: Events in one answer by default, and at most.
 EVENTS_PAGE = 1000
 MAX_EVENTS = 1000
+
+
+def runs_page(store: RunStore, query: RunQuery) -> dict[str, Any]:
+    """The page of runs ``query`` asks for: ``runs``, ``total`` (every run it finds), its
+    ``offset`` and ``limit``, and ``metrics`` (what the runs' summaries hold: what they sort
+    by)."""
+    runs, total = store.find_runs(query)
+    return {
+        "runs": runs,
+        "total": total,
+        "offset": query.offset,
+        "limit": query.limit,
+        "metrics": store.metric_names(),
+    }
 
 
 def metrics_page(store: RunStore, run_id: int, since_id: int, limit: int) -> dict[str, Any]:

@@ -197,7 +197,7 @@ async def test_store_reads_leave_the_server_free(jp_fetch, store, monkeypatch):
 
 async def test_runs_when_no_store_exists_yet(jp_fetch, data_dir):
     code, data = await fetch_json(jp_fetch, "runs")
-    assert (code, data) == (200, {"runs": []})
+    assert (code, data["runs"], data["total"], data["metrics"]) == (200, [], 0, [])
 
 
 @pytest.mark.parametrize(
