@@ -43,8 +43,14 @@ from ..state import engine, namespace
 
 #: The largest state kept for a replacement; beyond it recovery runs earlier cells again.
 LIMIT = 4 << 30
-#: Names IPython keeps for itself (the history, the output cache, its own functions).
-_IPYTHON = re.compile(r"^(_+|_i+|_i?\d+|_[iod]h|In|Out|exit|quit|get_ipython|__\w+__)$")
+#: Names IPython keeps for itself (the history, the output cache, its own functions), and the
+#: four ipyparallel puts in the namespace while it applies a call (``_<msg id>_f``, ``_args``,
+#: ``_kwargs``, ``_result``: the running cell's own request among them; seen, every cell's
+#: state differed from the last, and was pickled and written again for nothing).
+_IPYTHON = re.compile(
+    r"^(_+|_i+|_i?\d+|_[iod]h|In|Out|exit|quit|get_ipython|__\w+__"
+    r"|_[0-9a-f]{8}_[0-9a-f_]+_(f|args|kwargs|result))$"
+)
 
 
 def folder() -> Path | None:
