@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
@@ -120,7 +121,7 @@ class Clusters:
                     n=rec.n,
                     started=rec.started,
                     backend=rec.backend if rec.cluster_id else None,  # known once running
-                    engines=[_engine(e.get("pid"), e.get("rank")) for e in rec.engines],
+                    engines=[_engine(e.get("pid"), e.get("rank")) for e in _current(rec.engines)],
                 )
             )
         for pid, (proc, _) in self._children.items():
@@ -245,6 +246,15 @@ def _ancestors(pid: int) -> set[int]:
         return {p.pid for p in psutil.Process(pid).parents()}
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return set()
+
+
+def _current(engines: Iterable[dict]) -> list[dict]:
+    """The engines a cluster has now: of those started for one rank, the latest (a replaced
+    engine is not a dead one of the cluster's: "4/4 alive", not "4/5")."""
+    latest: dict[object, dict] = {}
+    for i, e in enumerate(engines):
+        latest[e.get("rank") if e.get("rank") is not None else ("no rank", i)] = e
+    return list(latest.values())
 
 
 def _engine(pid: object, rank: object) -> dict:

@@ -90,3 +90,25 @@ def test_what_arrived_survives_the_clients_rewrites():
     lines = StreamLines()
     lines.feed("\repoch: 0%")
     assert lines.feed(arrived("\repoch: 0%", "epoch: 100%\n")) == [("epoch: 100%", True)]
+
+
+def test_all_output_prints_lines_of_the_same_moment_in_rank_order():
+    from nbdist.notebook.run.output import InRankOrder
+
+    out, err, clock = io.StringIO(), io.StringIO(), Clock()
+    order = InRankOrder({"stdout": out, "stderr": err}, clock=clock, hold=0.25)
+    ranks = {r: RankOutput(f"[rank {r}] ", order.sink(r), clock=clock) for r in (2, 0, 1)}
+    for r in (2, 1, 0):  # their messages arrived last rank first
+        ranks[r].write("stdout", f"epoch 1 on {r}\nepoch 2 on {r}\n")
+    ranks[1].write("stderr", "warning on 1\n")
+    order.flush()
+    assert out.getvalue() == ""  # held: another rank's line of the same moment may come
+    clock.now = 0.25
+    order.flush()
+    assert out.getvalue().splitlines() == [
+        f"[rank {r}] epoch {e} on {r}" for r in (0, 1, 2) for e in (1, 2)
+    ]
+    assert err.getvalue() == "[rank 1] warning on 1\n"
+    ranks[2].write("stdout", "last\n")
+    order.flush(force=True)  # the cell's end: nothing waits
+    assert out.getvalue().endswith("[rank 2] last\n")

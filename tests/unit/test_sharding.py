@@ -245,3 +245,21 @@ def test_whole_number_float_labels_are_classes_like_integers():
     shards = plan(6, 2, labels=as_float)
     same = plan(6, 2, labels=as_float.astype(int))
     assert [s.indices().tolist() for s in shards] == [s.indices().tolist() for s in same]
+
+
+def test_a_scatters_report_shows_once_as_its_table_and_its_labels_in_order(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    setup = "from nbdist.notebook.data.sharding import ShardReport\nimport numpy as np\n"
+    made = "r = ShardReport('t', [2, 2], [0, 0], 4, 64, 0.1, 'in order')\n"
+    halves = "[Shard(slice(0, 2), np.array([], int)), Shard(slice(2, 4), np.array([], int))]"
+    labels = f"r.add_labels(np.array([3, 1, 3, 2]), {halves})\n"
+    shell.run_cell(setup + "from nbdist.notebook.data.sharding import Shard\n")
+    shell.run_cell(made + labels + "r.show()\nr", store_history=True)
+    out = capsys.readouterr().out
+    assert out.count("'t' scattered to 2 ranks") == 1 and "ShardReport" not in out
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("rank"))
+    assert header.split()[2:] == ["label", "1", "label", "2", "label", "3"]
+    shell.run_cell("r", store_history=True)  # asked for in a later cell: shown again
+    assert capsys.readouterr().out.count("scattered to 2 ranks") == 1

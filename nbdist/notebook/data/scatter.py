@@ -143,7 +143,7 @@ def scatter(
     report = ShardReport(name, sizes, list(pads), n, row_bytes * n, seconds, how)
     if shown is not None:
         report.add_labels(shown, shards)
-    print(report)
+    report.show()
     return report
 
 

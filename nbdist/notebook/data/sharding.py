@@ -171,6 +171,18 @@ class ShardReport:
     counts: np.ndarray | None = None  # ranks x classes
     overall: np.ndarray | None = None
     warnings: list[str] = field(default_factory=list)
+    _shown_in: int | None = field(default=None, repr=False, compare=False)
+
+    def show(self) -> None:
+        """Print the report (``scatter`` does, whether or not the cell's last line is the
+        call); the same cell's display of the returned report then adds nothing."""
+        print(self)
+        self._shown_in = _cell_count()
+
+    def _ipython_display_(self) -> None:
+        # The report as the table (never a repr), once per cell.
+        if self._shown_in is None or self._shown_in != _cell_count():
+            print(self)
 
     def add_labels(self, labels: np.ndarray, shards: list[Shard]) -> None:
         """Fill in the label histogram per rank and the warnings, from one label per row."""
@@ -194,7 +206,8 @@ class ShardReport:
         total = ["all", f"{self.total:,}"] + ([""] if any(self.pads) else [])
         notes = []
         if self.counts is not None:
-            shown = np.argsort(-self.overall, kind="stable")[:_SHOWN_CLASSES]
+            common = np.argsort(-self.overall, kind="stable")[:_SHOWN_CLASSES]
+            shown = np.sort(common)  # the most common labels, in the labels' order
             cols += [f"label {self.classes[c]}" for c in shown]
             for r, row in enumerate(rows):
                 row += [str(self.counts[r, c]) for c in shown]
@@ -209,6 +222,14 @@ class ShardReport:
 
     def __repr__(self) -> str:
         return f"<ShardReport {self.name!r}: rows {'/'.join(map(str, self.sizes))}>"
+
+
+def _cell_count() -> int | None:
+    """The IPython cell running now (its execution count), or None outside IPython."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return None if shell is None else shell.execution_count
 
 
 def human_bytes(nbytes: float) -> str:

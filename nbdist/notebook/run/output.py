@@ -237,6 +237,57 @@ class RankOutput:
         self._shown[stream] = line
 
 
+class InRankOrder:
+    """Many ranks' lines (``--all-output``) printed in rank order: what the ranks print waits
+    up to ``hold`` seconds, then goes out rank by rank (each rank's own lines in their order),
+    so lines printed at about the same moment read rank 0, 1, 2 whatever order their messages
+    arrived in. ``sink(rank)`` is the targets a rank's ``RankOutput`` writes to; ``flush()``
+    prints what is due (``force``: everything, at the cell's end)."""
+
+    def __init__(
+        self,
+        targets: dict[str, TextIO] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        hold: float = LIVE_EVERY,
+    ):
+        self.targets = targets or {"stdout": sys.stdout, "stderr": sys.stderr}
+        self.clock = clock
+        self.hold = hold
+        self._waiting: list[tuple[int, str, str]] = []  # (rank, stream, text)
+        self._since = 0.0
+
+    def sink(self, rank: int) -> dict[str, Any]:
+        """The streams rank ``rank``'s output writes to."""
+        return {name: _Sink(self, rank, name) for name in ("stdout", "stderr")}
+
+    def put(self, rank: int, stream: str, text: str) -> None:
+        if not self._waiting:
+            self._since = self.clock()
+        self._waiting.append((rank, stream, text))
+
+    def flush(self, force: bool = False) -> None:
+        if not self._waiting or (not force and self.clock() - self._since < self.hold):
+            return
+        waiting, self._waiting = sorted(self._waiting, key=lambda w: w[0]), []
+        for _, stream, text in waiting:
+            self.targets[stream].write(text)
+        for out in self.targets.values():
+            out.flush()
+
+
+class _Sink:
+    """One rank's stream as ``InRankOrder`` takes it."""
+
+    def __init__(self, order: InRankOrder, rank: int, stream: str) -> None:
+        self.order, self.rank, self.stream = order, rank, stream
+
+    def write(self, text: str) -> None:
+        self.order.put(self.rank, self.stream, text)
+
+    def flush(self) -> None:
+        pass
+
+
 class _Display:
     """An IPython display of one line of text, updated in place."""
 
@@ -263,10 +314,10 @@ class RankStreams:
     outputs already seen, and, when its output is shown (``label``, else None), the
     ``RankOutput`` that writes it under the cell."""
 
-    def __init__(self, label: str | None):
+    def __init__(self, label: str | None, targets: dict[str, Any] | None = None):
         self.seen = {"stdout": "", "stderr": ""}
         self.outputs = 0
-        self.output = RankOutput(label) if label is not None else None
+        self.output = RankOutput(label, targets) if label is not None else None
 
     def read(self, metadata: dict, final: bool = False) -> bool:
         """Take what the rank sent since the last read (``metadata``: ipyparallel's, filled in

@@ -28,7 +28,7 @@ from ..debug import stacks
 from . import collisions, survivors
 from .observers.base import Stop
 from .observers.watch import Watch
-from .output import RankStreams, shows_output_of
+from .output import InRankOrder, RankStreams, shows_output_of
 
 _POLL = 0.02  # seconds between looks at the ranks while output flows (what a person sees)
 _IDLE_POLL = 0.5  # ...and otherwise: telemetry is read as often as it comes (and drawn)
@@ -109,6 +109,7 @@ class CellRun:
         self._ended_at: float | None = None  # when a rank ended its cell well, others running
         self._lone_look = _LONE_WAIT  # seconds after that before looking (doubled each look)
         self._mismatch: RankFailure | None = None  # ranks ran different collectives: why
+        self._in_order = InRankOrder() if opts.all_output else None
         self._wake = launch.wake or threading.Event()
         # quiet until the first line: a cell that prints nothing is looked at as often as
         # its board is drawn, and a reply wakes the loop at once all the same
@@ -174,7 +175,8 @@ class CellRun:
         if rk.streams is None:
             shown = self._visible(rk.rank)
             label = f"[rank {rk.rank}] " if self.opts.all_output else ""
-            rk.streams = RankStreams(self.prefix + label if shown else None)
+            sink = self._in_order.sink(rk.rank) if self._in_order else None
+            rk.streams = RankStreams(self.prefix + label if shown else None, sink)
         if rk.streams.read(rk.metadata, final):  # filled in as iopub messages arrive
             self._news = True
 
@@ -253,6 +255,8 @@ class CellRun:
             if rk.outcome is None and rk.ar.ready():
                 self._collect(rk)
             self._stream(rk)
+        if self._in_order:
+            self._in_order.flush()
         if self.watch is not None:
             self.watch.poll(self.ranks)
 
@@ -329,6 +333,8 @@ class CellRun:
             if self._may_trail(rk):
                 rk.ar.wait_for_output(timeout=_OUTPUT_WAIT)  # iopub may trail the reply
             self._stream(rk, final=True)
+        if self._in_order:
+            self._in_order.flush(force=True)
         if self.watch is not None:  # the last reports, which may have trailed the reply too
             self.watch.poll(self.ranks)
         self.report.seconds = time.monotonic() - self._t0
