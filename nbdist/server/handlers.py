@@ -61,7 +61,7 @@ from tornado.ioloop import IOLoop
 
 from ..errors import UsageError, trim_repr
 from ..records.limits import parse_count
-from ..telemetry.listing import MAX_LIMIT, RunQuery
+from ..telemetry.listing import RunQuery
 from ..telemetry.series import MAX_METRICS
 from ..telemetry.store import RunStore
 from . import pages
@@ -235,7 +235,7 @@ class RunsHandler(_Base):
         try:
             return RunQuery(
                 offset=self._int_arg("offset", 0, 0, 2**62),
-                limit=self._int_arg("limit", 100, 1, MAX_LIMIT),
+                limit=self._int_arg("limit", 100, 1, pages.MAX_RUNS),
                 name=arg("q", ""),
                 status=arg("status", ""),
                 sort=arg("sort", "time"),

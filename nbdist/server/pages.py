@@ -18,6 +18,8 @@ from typing import Any
 from ..telemetry.listing import RunQuery
 from ..telemetry.store import RunStore
 
+#: Runs in one answer, at most.
+MAX_RUNS = 1000
 #: Metric rows in one answer by default, and at most (about 150 bytes each in JSON).
 METRICS_PAGE = 1000
 MAX_PAGE = 10_000

@@ -43,15 +43,15 @@ FIELDS = {
 }
 #: A metric's summary values (``summaries``' columns): ``min:loss``; a bare name is its last.
 AGGREGATES = ("last", "min", "max")
-MAX_LIMIT = 1000
+MAX_LIMIT = 100_000  # runs one query reads (the server's pages hold at most 1,000)
 _MAX_TEXT = 200  # characters of a name searched for, or a metric sorted by
 
 
 @dataclass(frozen=True)
 class RunQuery:
-    """A page of runs: which (``name``: a part of it; ``status``: any of these; ``all``: the
-    session's other cells too), in what order (``sort``, ``order``: asc | desc, or "" for the
-    sort's own), and where (``offset``, ``limit``)."""
+    """A page of runs: which (``name``: a part of it; ``status``: any of these, given as a
+    tuple or as "ok,failed"; ``all``: the session's other cells too), in what order (``sort``,
+    ``order``: asc | desc, or "" for the sort's own), and where (``offset``, ``limit``)."""
 
     offset: int = 0
     limit: int = 20
@@ -66,9 +66,13 @@ class RunQuery:
         _whole("limit", self.limit, 1, MAX_LIMIT)
         if not isinstance(self.name, str) or len(self.name) > _MAX_TEXT:
             raise UsageError(f"name takes a part of a run's name (text), not {self.name!r:.60}")
-        if isinstance(self.status, str):
-            object.__setattr__(self, "status", tuple(s for s in self.status.split(",") if s))
-        bad = [s for s in self.status if s not in RUN_STATUSES]
+        status = self.status
+        if isinstance(status, str):
+            status = tuple(s for s in status.split(",") if s)
+        elif not isinstance(status, (tuple, list)):
+            status = (status,)
+        object.__setattr__(self, "status", tuple(status))
+        bad = [s for s in self.status if not isinstance(s, str) or s not in RUN_STATUSES]
         if bad:
             raise UsageError(
                 f"status {bad[0]!r:.40} is not a run's status: use {', '.join(RUN_STATUSES)}"

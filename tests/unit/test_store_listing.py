@@ -159,7 +159,7 @@ def test_any_summary_metric_sorts_both_ways_runs_without_it_last(tmp_path):
         ({"sort": "min:"}, "names no metric: use min:loss"),
         ({"sort": ""}, "sort takes time, duration, name, status, step, or a metric"),
         ({"order": "up"}, "order takes asc or desc"),
-        ({"limit": 0}, "limit takes a whole number from 1 to 1000"),
+        ({"limit": 0}, "limit takes a whole number from 1 to 100000"),
         ({"offset": -1}, "offset takes a whole number"),
         ({"name": "x" * 201}, "name takes a part of a run's name"),
     ],
@@ -195,3 +195,34 @@ def test_the_runs_record_keeps_each_metrics_last_least_and_greatest_mean(tmp_pat
     quiet = assemble("print('hi')", CellOptions(dashboard=False), [0, 1], store_at=s)
     quiet.close("ok")
     assert not s.get_run(quiet.run_id)["listed"] and s.get_run(quiet.run_id)["summary"] == {}
+
+
+def test_nbdist_runs_shows_names_and_says_how_many_there_are(tmp_path):
+    from nbdist.notebook.board.runs import runs
+
+    s = RunStore(tmp_path / "runs.sqlite")
+    for i in range(25):
+        name = f"cnn-lr0.{i:02d}" if i % 2 else ""
+        _ended(s, "failed" if i % 5 == 0 else "ok", name=name, metric=1.0 / (i + 1))
+    _ended(s)  # a plain cell
+    shown = runs(store=s)
+    text = repr(shown)
+    assert len(shown) == 20 and shown.total == 25
+    assert text.splitlines()[0] == (
+        "showing 20 of 25 runs; runs(limit=...), runs(name=...) or runs(status=...) for others"
+    )
+    assert text.splitlines()[1].split()[:3] == ["id", "name", "status"]
+    assert "cnn-lr0.23" in text.splitlines()[3]
+    named = runs(name="LR0.1", store=s)
+    assert [r["name"] for r in named] == [f"cnn-lr0.{i}" for i in (19, 17, 15, 13, 11)]
+    assert not repr(named).startswith("showing")  # all of them shown
+    assert {r["status"] for r in runs(status="failed", store=s)} == {"failed"}
+    assert len(runs(status=["ok", "failed"], limit=100, store=s)) == 25
+    assert len(runs(all=True, limit=100, store=s)) == 26
+    assert repr(runs(name="zzz", store=s)) == (
+        "no runs with name 'zzz'; runs() lists the latest of every name"
+    )
+    with pytest.raises(UsageError, match="status 'done' is not a run's status: use running, ok"):
+        runs(status="done", store=s)
+    with pytest.raises(UsageError, match="limit takes a whole number from 1 to 100000"):
+        runs(0, store=s)

@@ -1,22 +1,25 @@
 """Every ``%%distributed`` run, kept: ``runs()`` lists them, ``compare()`` plots them together.
 
-``runs()`` returns the kept runs (each a ``Run``: its record, ``run.metrics()`` as plain data or a
-pandas DataFrame, every reported metric a column; ``run.health()``, ``run.events()``,
+``runs()`` returns the latest runs (a cell that reported, checkpointed, was named or failed; the
+session's other cells with ``all=True``: ``telemetry.listing``), found by ``name=`` (a part of it)
+and ``status=``, sorted by ``sort=`` (any summary metric: ``"min:loss"``), and shows them as a table
+that says how many there are in all. Each is a ``Run``: its record, ``run.metrics()`` as plain data
+or a pandas DataFrame, every reported metric a column; ``run.health()``, ``run.events()``,
 ``run.curve("acc")``; ``run.to_mlflow()``, ``to_wandb()``, ``to_comet()`` send it to a tracker);
 ``compare(a, b, metric="acc", log=False)`` plots one metric of several runs on one matplotlib
 Figure. All of it reads the run store (``telemetry.store``), folded into curves as the boards and
-the sidebar fold them (``telemetry.series``); the live side, which writes it, is the run's
-observers (``run.observers.store``).
-"""
+the sidebar fold them (``telemetry.series``); the live side, which writes it, is the run's observers
+(``run.observers.store``)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import UsageError
+from ...telemetry.listing import RunQuery
 from ...telemetry.series import RunSeries, fold_rows
 from ...telemetry.store import RunStore
 
@@ -121,37 +124,81 @@ class Run:
 
 
 class RunList(list):
-    """``runs()``'s answer: a list of Run, shown as a table."""
+    """``runs()``'s answer: a list of Run, shown as a table that says how many runs ``query``
+    found in all (``total``) and how to see the others."""
+
+    def __init__(self, runs: Iterable[Run] = (), total: int | None = None, query=None):
+        super().__init__(runs)
+        self.total = len(self) if total is None else total
+        self.query = query or RunQuery()
 
     def __repr__(self) -> str:
+        q = self.query
+        if not self and self.total:
+            return self._more()
+        if not self and (q.name or q.status):
+            asked = [f"name {q.name!r}"] if q.name else []
+            asked += [f"status {' or '.join(q.status)}"] if q.status else []
+            return f"no runs with {' and '.join(asked)}; runs() lists the latest of every name"
         if not self:
             return "no runs recorded yet"
-        lines = [f"{'id':>4}  {'status':<11} {'ranks':>5} {'step':>7} {'loss':>10}  started"]
+        width = min(_NAME_WIDTH, max(4, *(len(r["name"] or r["label"]) for r in self)))
+        lines = [
+            f"{'id':>4}  {'name':<{width}}  {'status':<11} {'ranks':>5} {'step':>7} "
+            f"{'loss':>10}  started"
+        ]
         for run in self:
             r = run.record
+            name = r["name"] or r["label"]
+            name = name if len(name) <= width else name[: width - 1] + "…"
             loss = r["nonfinite"] or (f"{r['loss']:.4g}" if r["loss"] is not None else "-")
             started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"]))
             lines.append(
-                f"{r['id']:>4}  {r['status']:<11} {r['world_size']:>5} "
+                f"{r['id']:>4}  {name:<{width}}  {r['status']:<11} {r['world_size']:>5} "
                 f"{r['step'] if r['step'] is not None else '-':>7} {loss:>10}  {started}"
             )
+        if self.total > len(self):
+            lines.insert(0, self._more())
         return "\n".join(lines)
+
+    def _more(self) -> str:
+        """ "showing 20 of 134 runs; runs(limit=...) or runs(name=...) for others"."""
+        q = self.query
+        first = f"{q.offset + 1}-{q.offset + len(self)}" if q.offset and self else len(self)
+        return (
+            f"showing {first} of {self.total} runs; runs(limit=...), runs(name=...) or "
+            "runs(status=...) for others"
+        )
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(repr(self))
 
 
-_MAX_LIMIT = 100_000
+_NAME_WIDTH = 24
 
 
-def runs(limit: int = 20, store: RunStore | None = None) -> RunList:
-    """The latest kept runs, newest first (each a ``Run``: ``run.metrics()``, ``run["status"]``)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _MAX_LIMIT:
-        raise UsageError(
-            f"runs(limit) takes a whole number of runs from 1 to {_MAX_LIMIT}, not {limit!r:.40}"
-        )
+def runs(
+    limit: int = 20,
+    *,
+    name: str = "",
+    status: str | Sequence[str] = (),
+    sort: str = "time",
+    order: str = "",
+    all: bool = False,
+    store: RunStore | None = None,
+) -> RunList:
+    """The latest runs, newest first, each a ``Run`` (``run.metrics()``, ``run["status"]``).
+
+    A run is a cell that reported a metric, wrote a checkpoint, was named (``--name``) or
+    failed; ``all=True`` lists the session's other cells too. ``name``: a part of the name, in
+    any case (``runs(name="cnn")``); ``status``: one or more of running, ok, failed,
+    interrupted, stopped, lost; ``sort``: time, duration, name, status, step or a metric of the
+    runs' summaries (``"loss"``: its last mean; ``"min:loss"``, ``"max:acc"``), ``order``
+    asc or desc. The table it shows says how many runs there are in all."""
+    query = RunQuery(limit=limit, name=name, status=status, sort=sort, order=order, all=bool(all))
     store = store or RunStore()
-    return RunList(Run(r, store) for r in store.list_runs(limit))
+    found, total = store.find_runs(query)
+    return RunList((Run(r, store) for r in found), total, query)
 
 
 def _run(ref: Any, store: RunStore) -> Run:
