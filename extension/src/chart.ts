@@ -143,7 +143,7 @@ export class MetricChart {
     this._pending = null;
     this.node.dataset.lines = String(lines.filter(l => l.x.length).length);
     const shape = lines
-      .map(l => `${l.label}|${l.colour}|${l.width}|${l.alpha}|${l.dash}|${l.gaps}`)
+      .map(l => `${l.label}|${l.colour}|${l.width}|${l.alpha}|${l.dash}|${l.gaps}|${l.band}`)
       .join('\n');
     this._lines = lines;
     this._data = join(lines);
@@ -258,9 +258,18 @@ export class MetricChart {
       values: (_u, splits) => axisFormat(splits),
       filter: side === 'y' ? decades : undefined
     });
+    // bands: a line's area shaded down to another's (the ranks' max to their min)
+    const bands: uPlot.Band[] = [];
+    this._lines.forEach((l, i) => {
+      const to = l.band === undefined ? -1 : this._lines.findIndex(o => o.label === l.band);
+      if (to >= 0) {
+        bands.push({ series: [i + 1, to + 1], fill: fade(l.colour, 0.18) });
+      }
+    });
     return {
       width,
       height: this._height(),
+      bands,
       legend: { show: false },
       scales: { x: { time: false }, y },
       axes: [axis('x'), axis('y')],
@@ -441,6 +450,16 @@ export class MetricChart {
   private _resize: ResizeObserver;
   private _visible: IntersectionObserver;
   private _theme: MutationObserver;
+}
+
+/** A #rrggbb colour at `alpha`, as rgba(). */
+function fade(colour: string, alpha: number): string {
+  const m = /^#([0-9a-f]{2})([0-9a-f]{2})([0-9a-f]{2})$/i.exec(colour);
+  if (!m) {
+    return colour;
+  }
+  const [r, g, b] = m.slice(1).map(h => parseInt(h, 16));
+  return `rgba(${r}, ${g}, ${b}, ${alpha})`;
 }
 
 function cssVar(node: Element, name: string, fallback: string): string {

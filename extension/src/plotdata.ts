@@ -22,6 +22,9 @@ export interface ILine {
   /** The values before smoothing, point for point (set when `y` is smoothed): the readout
    * shows both, as TensorBoard does. */
   raw?: ArrayLike<number | null>;
+  /** The label of the line this one's area is shaded down to (a band: the ranks' max to their
+   * min), in this line's colour, faint. */
+  band?: string;
 }
 
 /** What the readout says of one line at the x under the mouse: the line's own stored point

@@ -91,6 +91,35 @@ export function rankLines(ranks: IRankPoints[], mean: IPoints, weight: number): 
   return out;
 }
 
+/** The band's colour: the ranks' lowest to highest value, shaded. */
+const BAND = '#7f7f7f';
+
+/**
+ * One metric's lines over many ranks: the band of their values (their highest, shaded down to
+ * their lowest), their mean in the theme's strongest colour, and each outlier rank's own line
+ * (in the palette's colours, the farthest first), all smoothed alike.
+ */
+export function spreadLines(
+  mean: IPoints,
+  lo: IPoints,
+  hi: IPoints,
+  outliers: IRankPoints[],
+  weight: number
+): ILine[] {
+  return [
+    smoothed('max', hi, weight, { colour: BAND, width: 1, alpha: 0.6, band: 'min' }),
+    smoothed('min', lo, weight, { colour: BAND, width: 1, alpha: 0.6 }),
+    smoothed('mean', mean, weight, { colour: 'strong', width: 2, alpha: 0.9 }),
+    ...outliers.map((points, i) =>
+      smoothed(`rank ${points.rank}`, points, weight, {
+        colour: PALETTE[(3 + i) % PALETTE.length],
+        width: 1.25,
+        alpha: 0.9
+      })
+    )
+  ];
+}
+
 /**
  * The boards' smoothing slider (DOM; the sidebar's is React, chartbox.tsx): "smoothing", the
  * range and the weight shown; `onChange` at each move.

@@ -352,3 +352,44 @@ def test_a_front_end_that_lost_a_message_gets_the_whole_board_again(shown):
     assert history["metrics"]["loss"]["ranks"]["1"][0] == list(range(10))
     svg = board.finish(col, [], "ok", 1001.0)
     assert board.widget.picture == svg and svg.startswith("<svg")
+
+
+def _ranks_report(w, clock, feeds, steps, loss) -> None:
+    """Every rank reports ``steps`` (a second apart), the watch polled and ticked after each."""
+    for s in steps:
+        clock.now += 1
+        for r, feed in feeds.items():
+            rec = MetricRecord(clock.now, s, loss(r, s), 8, None, {"acc": 0.5})
+            seq = round(clock.now * 1000)
+            feed.metadata["data"][ev.key(feed.pid, seq)] = Batch(
+                r, seq, clock.now, [rec], HealthSample(clock.now, "h", feed.pid)
+            )
+        w.poll(feeds)
+        w.tick()
+
+
+def test_many_ranks_are_sent_as_a_band_and_their_outliers(no_front_end, tmp_path):
+    """64 ranks: the board is sent each metric's mean, the band of the ranks' values about it
+    and the outlier ranks' curves alone (rank 40's loss stands far above the others'), never a
+    curve per rank; what a message carries does not grow with the ranks' records."""
+    n = 64
+    w = assemble("nbdist.report(...)", CellOptions(), list(range(n)),
+                 store_at=RunStore(tmp_path / "r"), cfg=TelemetryConfig(silent_after=60.0))  # fmt: skip
+    clock = w.collector.clock = Clock(w.collector.started)
+    w.on_phase(Phase.STARTING, Phase.RUNNING)
+    feeds = _attempt({r: 1000 + r for r in range(n)})
+    loss = lambda r, s: 1.0 / (s + 1) + 0.001 * r + (2.0 if r == 40 else 0.0)  # noqa: E731
+    _ranks_report(w, clock, feeds, range(20), loss)
+    board = w.find(Board).dashboard
+    history = board.widget.history["metrics"]
+    assert history["loss"]["outliers"] == [40] and list(history["loss"]["ranks"]) == ["40"]
+    assert history["acc"]["outliers"] == [] and history["acc"]["ranks"] == {}
+    lo, hi = history["loss"]["lo"], history["loss"]["hi"]
+    assert lo[1][0] == pytest.approx(1.0) and hi[1][0] == pytest.approx(3.04)
+    sent = []
+    board.widget.send = lambda content, buffers=None: sent.append(content)
+    _ranks_report(w, clock, feeds, range(20, 24), loss)
+    deltas = [d for d in sent if "metrics" in d]
+    assert deltas and all(set(d["metrics"]["loss"].get("ranks", {})) <= {"40"} for d in deltas)
+    assert sum(len(d["metrics"]["loss"].get("hi", [[]])[0]) for d in deltas) >= 3
+    assert max(len(json.dumps(d)) for d in sent) < 4000  # 64 ranks' records: a few KB

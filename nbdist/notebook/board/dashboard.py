@@ -35,18 +35,19 @@ from ...config import TelemetryConfig
 from ...telemetry.curves import Curve, Outbox, decimated
 from ...telemetry.events import RunEvent
 from ...telemetry.format import fmt, fmt_duration
-from ...telemetry.series import RunSeries
 from . import picture
 from .collector import Collector
-from .shown import event_dict, in_view, number, rank_row, said
+from .shown import curves_of, event_dict, in_view, number, rank_row, said
+from .spread import Spread
 
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
-# points of a metric in a history (its mean's, and shared among its ranks' curves): the loss
-# chart is the large one; the others are small multiples (and the browser keeps adding points)
-_HISTORY_POINTS = 2000
-_HISTORY_POINTS_OTHER = 500
 _EVENTS_KEPT = 500  # ordinary events in a history (beside those of the run's recoveries)
 _EVENTS_PICTURED = 5
+#: Past this many ranks a board draws each metric's mean, the band of the ranks' values about it
+#: and its outlier ranks (``spread``), not a line per rank; and sends a rank's row at once only
+#: when its state changes (every row comes with the history, every few seconds): what the
+#: browser is sent grows with what it can draw, not with the ranks' records.
+MANY_RANKS = 8
 #: Count the bytes sent to the browser (``Dashboard.sent_bytes``): a benchmark's question, which
 #: costs a JSON encoding of every message again, so off unless asked.
 COUNT_BYTES = False
@@ -67,11 +68,14 @@ class Dashboard:
         cfg: TelemetryConfig | None = None,
         log_ranks: frozenset[int] | None = None,
         means: Mapping[str, tuple[float, float]] | None = None,
+        spread: Spread | None = None,
     ):
         self.cfg = cfg or TelemetryConfig()
         # each metric's latest settled mean over ranks, (step, value), as the run's observers
         # are told it (the run store keeps the same): the head's loss and its step
         self.means = means if means is not None else {}
+        self.spread = spread  # many ranks: the bands and outliers drawn instead of every rank
+        self._outliers: dict[str, list[int]] = {}  # the outlier ranks the browser has
         self.title = title
         self.log_ranks = log_ranks
         self.widget = None
@@ -157,7 +161,7 @@ class Dashboard:
         if self.widget is None:
             return
         self.widget.head = self.head
-        if final or now - self._last_history >= _HISTORY_EVERY:
+        if final or now - self._last_history >= _HISTORY_EVERY or self._outliers_moved(col):
             self._refresh_history(col, events, status, now)
         else:
             delta = self._delta(col, events)
@@ -203,12 +207,30 @@ class Dashboard:
             if st.log and (self.log_ranks is None or r in self.log_ranks)
         }
 
+    def _spread(self, col: Collector) -> Spread | None:
+        """The bands and outliers, when the board draws them (many ranks) instead of every rank."""
+        return self.spread if len(col.ranks) > MANY_RANKS else None
+
+    def _outliers_moved(self, col: Collector) -> bool:
+        """Whether some metric's outlier ranks changed (the next message is then a history:
+        a new outlier's line is drawn whole)."""
+        spread = self._spread(col)
+        if spread is None:
+            return False
+        now = {name: spread.outliers(name) for name in col.series.names}
+        return now != self._outliers
+
     def _delta(self, col: Collector, events: list[RunEvent]) -> dict:
         out: dict[str, Any] = {}
         metrics: dict[str, dict] = {}
+        spread = self._spread(col)
         for name, by_rank in col.series.take_fresh().items():
             entry = metrics[name] = {}
             mean = by_rank.pop(None, None)
+            if spread is not None:  # the outliers' points alone, and the band's
+                shown = self._outliers.get(name, ())
+                by_rank = {r: pts for r, pts in by_rank.items() if r in shown}
+                entry.update({side: list(p) for side, p in spread.take_fresh(name).items()})
             if by_rank:
                 entry["ranks"] = {str(r): list(pts) for r, pts in by_rank.items()}
             if mean is not None:
@@ -219,6 +241,10 @@ class Dashboard:
         if pts:
             out["rate"] = list(pts)
         rows = [row for r, row in self._rows.items() if self._rows_sent.get(r) != row]
+        if spread is not None:  # many ranks: a change of state now, the rest with the history
+            rows = [
+                r for r in rows if r["state"] != self._rows_sent.get(r["rank"], {}).get("state")
+            ]
         if rows:
             out["rows"] = rows
             self._rows_sent.update({row["rank"]: row for row in rows})
@@ -250,11 +276,19 @@ class Dashboard:
         self._recovering_sent = [list(s) for s in self.recovering]
         self._logs_sent = self._logs(col)
         series = col.series
+        spread = self._spread(col)
+        if spread is not None:
+            for name in series.names:
+                spread.take_fresh(name)  # in the history now
+            self._outliers = {name: spread.outliers(name) for name in series.names}
         self.seq += 1
         history = {
             "kind": "history",
             "seq": self.seq,
-            "metrics": {name: _history_of(series, name) for name in series.names},
+            "metrics": {
+                name: curves_of(series, name, spread, self._outliers.get(name))
+                for name in series.names
+            },
             "rate": decimated(self.rate, 1000),
             "rows": self.rows,
             "events": [event_dict(e) for e in in_view(events, _EVENTS_KEPT)],
@@ -303,19 +337,6 @@ class Dashboard:
         if self._handle is not None:
             self._handle.update(self._bundle(svg), raw=True)
         return svg
-
-
-def _history_of(series: RunSeries, name: str) -> dict:
-    """One metric's curves as a history sends them: decimated to a few thousand points."""
-    points = _HISTORY_POINTS if name == "loss" else _HISTORY_POINTS_OTHER
-    ranks = series.ranks[name]
-    # each of a few ranks at the mean's resolution, or nearly: a decimated rank reads its own
-    # stored points (the readout names their steps), but the fewer steps it lacks the better
-    per_rank = max(50, points // 2, points // max(1, len(ranks)))
-    return {
-        "ranks": {str(r): decimated(c, per_rank) for r, c in sorted(ranks.items())},
-        "mean": decimated(series.mean[name], points),
-    }
 
 
 def _mean_of(means: Mapping[str, tuple[float, float]], col: Collector) -> dict:

@@ -1,6 +1,7 @@
 """What a board shows of a run's ranks and events, as plain data (the live board and the final
-picture share it): a rank's row of the workers table, an event as the browser keeps it, and
-which events are in view.
+picture share it): a rank's row of the workers table, an event as the browser keeps it, which
+events are in view, and a metric's curves as a history sends them (past a few ranks, the band
+about the mean and the outliers' curves alone: ``spread``).
 
 A rank is one row through the run's attempts: after a recovery its fresh engine's row is the
 same, running again, with the pid it runs on now and those of the engines it lost
@@ -13,9 +14,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ...telemetry.curves import decimated
 from ...telemetry.events import MESH_DIMENSIONS, RECOVERY_KINDS, RunEvent
+from ...telemetry.series import RunSeries
 from .health import RankState
+from .spread import Spread
 
+# points of a metric in a history (its mean's, and shared among its ranks' curves): the loss
+# chart is the large one; the others are small multiples (and the browser keeps adding points)
+_HISTORY_POINTS = 2000
+_HISTORY_POINTS_OTHER = 500
 _RECOVERY_EVENTS = 24  # events of the run's failures and recoveries kept in view, the latest
 
 
@@ -99,3 +107,32 @@ def in_view(events: list[RunEvent], latest: int, kept: int = _RECOVERY_EVENTS) -
         if not any(left.values()):
             break
     return out[::-1]
+
+
+def curves_of(
+    series: RunSeries, name: str, spread: Spread | None = None, outliers: list[int] | None = None
+) -> dict:
+    """One metric's curves as a history sends them: decimated to a few thousand points; with
+    ``spread`` (many ranks), the band about the mean and the ``outliers``' curves alone."""
+    points = _HISTORY_POINTS if name == "loss" else _HISTORY_POINTS_OTHER
+    ranks = series.ranks[name]
+    if spread is not None:
+        shown = set(outliers or ())
+        band = {
+            side: decimated(curves[name], points)
+            for side, curves in (("lo", spread.lo), ("hi", spread.hi))
+            if name in curves
+        }
+        return {
+            "ranks": {str(r): decimated(c, points) for r, c in sorted(ranks.items()) if r in shown},
+            "mean": decimated(series.mean[name], points),
+            "outliers": sorted(shown, key=(outliers or []).index),
+            **band,
+        }
+    # each of a few ranks at the mean's resolution, or nearly: a decimated rank reads its own
+    # stored points (the readout names their steps), but the fewer steps it lacks the better
+    per_rank = max(50, points // 2, points // max(1, len(ranks)))
+    return {
+        "ranks": {str(r): decimated(c, per_rank) for r, c in sorted(ranks.items())},
+        "mean": decimated(series.mean[name], points),
+    }

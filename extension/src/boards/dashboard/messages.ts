@@ -30,10 +30,16 @@ export interface IHead {
   dropped: number;
 }
 
-/** One metric's new points, or all of them: each rank's (by rank, as text) and their mean. */
+/** One metric's new points, or all of them: each rank's (by rank, as text) and their mean. Past
+ * a few ranks (the kernel's MANY_RANKS), the band about the mean (the ranks' lowest and highest
+ * value at each step) and the outlier ranks' points alone. */
 export interface IMetricPoints {
   ranks?: Record<string, SentPoints>;
   mean?: SentPoints;
+  lo?: SentPoints;
+  hi?: SentPoints;
+  /** the outlier ranks, the farthest first (a history's) */
+  outliers?: number[];
 }
 
 /** A rank's row of the workers' table (`shown.rank_row`): one row through the run's attempts. */

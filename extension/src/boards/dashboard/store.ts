@@ -40,6 +40,11 @@ export interface IDashboardChanged extends IChanged {
 export interface IMetricSeries {
   ranks: Map<number, Series>;
   mean: Series;
+  /** many ranks: the band about the mean (their lowest, their highest), and the outliers,
+   * the farthest first (`ranks` holds theirs alone) */
+  lo: Series | null;
+  hi: Series | null;
+  outliers: number[];
 }
 
 export class DashboardStore extends BoardStore<IHead, Message, IDashboardChanged> {
@@ -73,13 +78,22 @@ export class DashboardStore extends BoardStore<IHead, Message, IDashboardChanged
     for (const [name, m] of Object.entries(msg.metrics || {})) {
       let cur = this.metrics.get(name);
       if (!cur) {
-        cur = { ranks: new Map(), mean: new Series() };
+        cur = { ranks: new Map(), mean: new Series(), lo: null, hi: null, outliers: [] };
         this.metrics.set(name, cur);
       }
       const count = mergeAll(cur.ranks, m.ranks || {}, whole);
       this.points += name === 'loss' ? count : 0;
       if (m.mean) {
         cur.mean = into(cur.mean, m.mean, whole);
+      }
+      if (m.lo) {
+        cur.lo = into(cur.lo ?? undefined, m.lo, whole);
+      }
+      if (m.hi) {
+        cur.hi = into(cur.hi ?? undefined, m.hi, whole);
+      }
+      if (whole) {
+        cur.outliers = m.outliers ?? [];
       }
       (changed.metrics ||= new Set()).add(name);
     }

@@ -8,9 +8,10 @@
 import { el } from '../../dom';
 import { fmtDuration, fmtInt } from '../../format';
 import { broken, IBand } from '../../plotdata';
-import { RANK_LINES, rankLines } from '../../smoothing';
+import { RANK_LINES, rankLines, spreadLines } from '../../smoothing';
 import { BoardCharts } from '../charts';
 import { follow, syncKey } from '../view';
+import { HealthGrid } from './health';
 import { Format, MetricFormats } from './numbers';
 import { drawProfile, EventList, LogTail } from './panels';
 import { DashboardStore, IDashboardChanged } from './store';
@@ -47,12 +48,23 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
   const { loss: lossChart, rate: rateChart, grid } = charts;
   grid.node.classList.add('nbd-metrics');
   const table = new RankTable();
+  const health = new HealthGrid(table.node);
   const profileBox = el('div', 'nbd-profile');
   const bottom = el('div', 'nbd-bottom');
   const events = new EventList();
   const logs = new LogTail();
   bottom.append(events.node, logs.node);
-  root.append(head, bar, charts.slider, charts.top, grid.node, profileBox, table.node, bottom);
+  root.append(
+    head,
+    bar,
+    charts.slider,
+    charts.top,
+    grid.node,
+    profileBox,
+    health.node,
+    table.node,
+    bottom
+  );
   const formats = new MetricFormats();
 
   // A metric's one format on this board (head, table, readout), from its latest raw values:
@@ -60,7 +72,7 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
   function formatOf(name: string): Format {
     const m = store.metrics.get(name);
     const values: (number | null | undefined)[] = [];
-    for (const s of m ? [m.mean, ...m.ranks.values()] : []) {
+    for (const s of m ? [m.mean, ...m.ranks.values(), ...(m.lo ? [m.lo] : [])] : []) {
       values.push(...s.y.slice(-50), ...s.view().y.slice(-2));
     }
     if (name === 'loss') {
@@ -78,7 +90,18 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
     if (!m) {
       return [];
     }
-    (name === 'loss' ? lossChart : grid.charts.get(name))?.setFormat(formatOf(name));
+    const chart = name === 'loss' ? lossChart : grid.charts.get(name);
+    chart?.setFormat(formatOf(name));
+    if (m.lo && m.hi) {
+      // many ranks: the band about the mean, and the outliers' own lines
+      const outliers = m.outliers
+        .filter(rank => m.ranks.has(rank))
+        .map(rank => ({ rank, ...m.ranks.get(rank)!.view() }));
+      if (chart) {
+        chart.node.dataset.outliers = m.outliers.join(' ');
+      }
+      return spreadLines(m.mean.view(), m.lo.view(), m.hi.view(), outliers, charts.smoothing);
+    }
     const ranks = [...m.ranks.entries()].sort(([a], [b]) => a - b);
     // past RANK_LINES ranks only their mean is drawn: no rank's points are gathered then
     const shown = ranks.length > RANK_LINES ? [] : ranks;
@@ -132,7 +155,9 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
 
   function drawRows() {
     const rows = [...store.rows.values()].sort((a, b) => a.rank - b.rank);
-    table.draw(rows, formatOf('loss'));
+    const loss = formatOf('loss');
+    health.draw(rows, loss);
+    table.draw(rows, loss);
     root.dataset.ranks = String(rows.length);
   }
 

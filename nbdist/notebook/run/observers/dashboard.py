@@ -11,7 +11,8 @@ import time
 from ....config import TelemetryConfig
 from ....telemetry.events import MetricRecord, RunEvent
 from ...board.collector import Collector
-from ...board.dashboard import Dashboard
+from ...board.dashboard import MANY_RANKS, Dashboard
+from ...board.spread import Spread
 from ..output import shows_output_of
 from .base import Observer, RunEnd, RunInfo, Tick
 
@@ -45,12 +46,19 @@ class Board(Observer):
         self.latencies: list[float] = []  # seconds from a record's report() to the board
         self._pending: list[float] = []  # engine times of records not yet shown
         self.means: dict[str, tuple[float, float]] = {}  # metric -> its latest (step, mean)
+        # many ranks: each metric's band over them and its outlier ranks, drawn instead of a
+        # line per rank
+        self.spread = Spread() if len(info.ranks) > MANY_RANKS else None
 
     def on_records(self, rank: int, records: list[MetricRecord]) -> None:
         self._pending.extend(rec.time for rec in records)
+        if self.spread is not None:
+            self.spread.add(rank, records)
 
     def on_mean(self, name: str, step: float, value: float) -> None:
         self.means[name] = (step, value)
+        if self.spread is not None:
+            self.spread.settle(name, step)
 
     def on_event(self, event: RunEvent) -> None:
         self.events.append(event)
@@ -75,7 +83,7 @@ class Board(Observer):
             self._note_latency()
 
     def _show(self, col: Collector) -> None:
-        self.dashboard = Dashboard(self.title, self.cfg, self.log_ranks, self.means)
+        self.dashboard = Dashboard(self.title, self.cfg, self.log_ranks, self.means, self.spread)
         self.dashboard.show(col)
 
     def _note_latency(self) -> None:
