@@ -7,7 +7,8 @@
 #   make format     rewrite what `make lint` checks: ruff format, ruff check --fix, jlpm lint
 #   make test       install, lint, then the whole suite (what .ci/run runs)
 #   make test-fast  the unit tests only (tests/unit), no install, no lint: run `make install` once
-#   make demo       install-python, then run the quickstart notebook (no root needed)
+#   make demo       nbdist with JupyterLab and what the quickstart needs (not the test and docs
+#                   extras), then run the quickstart notebook (no root needed)
 #   make bench      the benchmarks
 #   make docs       build the docs site into docs/_build/html and open it (no install: run
 #                   `make install-python` once; `make test` builds it too, warnings as errors)
@@ -23,7 +24,7 @@ NODE_MODULES := $(EXT)/node_modules/.yarn-state.yml
 
 install: install-system install-python
 
-# Independent halves: the demo needs only the second, which needs no root.
+# Independent halves; the demo needs neither (it installs only what it runs, without root).
 install-system:
 	bash scripts/install-system-deps.sh
 
@@ -34,7 +35,9 @@ install-python:
 	$(PYTHON) -m pip install -q -c constraints.txt -e ".[test,docs]"
 	cd $(EXT) && $(JLPM) build:boards
 
-demo: install-python
+demo:
+	$(PYTHON) -m pip install -q -c constraints.txt -e ".[lab,demo]"
+	cd $(EXT) && $(JLPM) build:boards
 	$(PYTHON) scripts/run_notebook.py notebooks/quickstart.ipynb
 
 # Three independent checks: `make -k lint` reports all three even when one fails.
