@@ -36,6 +36,8 @@ ENGINES_PER_CPU = 4
 MIN_ENGINE_LIMIT = 8
 #: Engines a scheduler (slurm, mpi) may be asked for: its slots are its own; this refuses nonsense.
 SCHEDULER_ENGINE_LIMIT = 4096
+#: Heartbeat periods (ms) unless ``ClusterConfig.heartbeat_ms`` says otherwise (see there).
+LOCAL_HEARTBEAT_MS, REMOTE_HEARTBEAT_MS = 3000, 1000
 #: Restarts one cell may use: a worker lost more often has a cause to fix, not to retry.
 MAX_RESTARTS = 100
 #: The shortest progress deadline: ranks report every 0.5 s (``--refresh``), read as often; less
@@ -96,10 +98,12 @@ class ClusterConfig:
     """Number of engines, one rank each."""
     threads_per_engine: int | None = None
     """Intra-op threads per engine; default: this machine's CPUs divided among the engines."""
-    heartbeat_ms: int = 1000
-    """Controller heartbeat period: every engine wakes at each beat. New engines register at
-    once whatever the period (``nbdist.launch.heart``); a local engine's death is known at
-    once from its fork server; a remote host's only from missed beats."""
+    heartbeat_ms: int | None = None
+    """Controller heartbeat period: every engine and the controller wake at each beat. New
+    engines register at once whatever the period (``nbdist.launch.heart``). Default
+    (``heartbeat``): 1000 ms for remote engines, whose host's loss is known only from missed
+    beats; 3000 ms, ipyparallel's own, for local ones, whose death is known at once from
+    their fork server (at 1 s, the beat was a third of an idle local cluster's CPU)."""
     heartbeat_misses: int = 4
     """Missed heartbeats before an engine counts as lost (beats after the 4th miss: a remote
     host gone for 5-6 s)."""
@@ -129,7 +133,8 @@ class ClusterConfig:
         set_(self, "n", whole(self.n, "the number of engines", 1))
         if (threads := self.threads_per_engine) is not None:
             set_(self, "threads_per_engine", whole(threads, "threads_per_engine (--threads)", 1))
-        set_(self, "heartbeat_ms", whole(self.heartbeat_ms, "heartbeat_ms", 10, 60_000))
+        if self.heartbeat_ms is not None:
+            set_(self, "heartbeat_ms", whole(self.heartbeat_ms, "heartbeat_ms", 10, 60_000))
         set_(self, "heartbeat_misses", whole(self.heartbeat_misses, "heartbeat_misses", 1))
         set_(self, "start_timeout", seconds(self.start_timeout, "start_timeout"))
         set_(self, "group_timeout", seconds(self.group_timeout, "group_timeout"))
@@ -164,6 +169,13 @@ class ClusterConfig:
                 f"{self.n} engines from {launcher}: more than {SCHEDULER_ENGINE_LIMIT}, which "
                 "nobody means by accident: use fewer, or add --oversubscribe if you mean it"
             )
+
+    @property
+    def heartbeat(self) -> int:
+        """The heartbeat period in ms: the one given, else the default for these engines."""
+        if self.heartbeat_ms is not None:
+            return self.heartbeat_ms
+        return LOCAL_HEARTBEAT_MS if self.remote is None else REMOTE_HEARTBEAT_MS
 
     @property
     def threads(self) -> int:

@@ -119,16 +119,21 @@ def serve_store(addr: str, own: bool = False) -> int:
 
 def form(info: RankInfo, timeout: float) -> float:
     """Join the process group as ``info``; seconds taken."""
-    from . import rendezvous
+    from . import host, rendezvous
 
-    return rendezvous.form(info, timeout)
+    host.busy()  # an old group's end waits for its loop's ticks (host.idle between cells)
+    try:
+        return rendezvous.form(info, timeout)
+    finally:
+        host.idle()
 
 
 def leave_group() -> None:
     """Leave the process group now, between cells: peers still waiting in a collective this
     rank will never join fail at once (``rendezvous.abort``)."""
-    from . import rendezvous
+    from . import host, rendezvous
 
+    host.busy()  # the group's end waits for its loop's ticks
     rendezvous.abort()
 
 

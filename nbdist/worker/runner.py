@@ -154,6 +154,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
     bound = None
     printed = console.sent()
     began = time.monotonic()
+    host.busy()  # gloo's loop ticks again (host.idle: asleep between cells)
     try:
         # ties nbdist.report()'s batches to this request, and samples health while it runs
         sender.begin_cell(req.telemetry, opts)
@@ -183,6 +184,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
         sys.stdout.flush()
         sys.stderr.flush()
         host.release_heap(time.monotonic() - began)  # what the cell freed, back to the OS
+        host.idle()
     return dataclasses.replace(
         out,
         group_formed=rendezvous.is_formed(),

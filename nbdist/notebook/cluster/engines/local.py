@@ -62,7 +62,7 @@ class LocalEngines(OnThisMachine):
             cluster_id=self.cluster_id,
             controller_ip=cfg.ip,
             controller_args=[
-                f"--HeartMonitor.period={cfg.heartbeat_ms}",
+                f"--HeartMonitor.period={cfg.heartbeat}",
                 f"--HeartMonitor.max_heartmonitor_misses={cfg.heartbeat_misses}",
             ],
             shutdown_atexit=True,

@@ -118,7 +118,7 @@ class RemoteEngines:
             cluster_id=self.cluster_id,
             controller_ip=ip,
             controller_args=[
-                f"--HeartMonitor.period={self.cfg.heartbeat_ms}",
+                f"--HeartMonitor.period={self.cfg.heartbeat}",
                 f"--HeartMonitor.max_heartmonitor_misses={self.cfg.heartbeat_misses}",
             ],
             shutdown_atexit=False,  # the session stops us at exit: one stop, in order
