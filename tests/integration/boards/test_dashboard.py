@@ -415,7 +415,10 @@ def test_dashboard_in_a_real_browser(lab):
             page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
             readout = loss.locator(".nbdist-chart-readout")
             expect(readout).to_have_text(
-                re.compile(r"^step [\d,]+ · rank 0 \S+ · rank 1 \S+ · mean")
+                re.compile(  # smoothed (0.6 at first): the raw value beside each
+                    r"^step [\d,]+ · smoothed \(raw\) · rank 0 \S+ \(\S+\)"
+                    r" · rank 1 \S+ \(\S+\) · mean"
+                )
             )
             step = int(loss.get_attribute("data-readout-step"))
             assert 100 < step < 200, step
@@ -508,7 +511,11 @@ def _the_recovered_board_tells_one_story(page) -> None:
     expect(board.locator(".nbd-event-kept .nbd-event-kind")).to_have_text(
         ["died", "failure", "phase", "restart", "phase", "replaced"]
     )
-    expect(board.locator(".nbd-event:not(.nbd-event-kept)")).to_have_count(8)
+    # every ordinary event kept, in a box that scrolls (it follows the latest)
+    events = board.locator(".nbd-event-list")
+    assert board.locator(".nbd-event:not(.nbd-event-kept)").count() > 8
+    assert events.evaluate("el => el.scrollHeight > el.clientHeight + 20")
+    assert events.evaluate("el => el.scrollHeight - el.scrollTop - el.clientHeight < 4")
     rate = board.locator(".nbd-charts .nbdist-chart").nth(1)  # samples/s, beside the loss
     expect(rate).to_have_attribute("data-bands", "1")
     expect(rate).to_have_attribute("data-band-px", re.compile(r"^\d+-\d+$"))
