@@ -78,15 +78,15 @@ class RunRecord(Observer):
             return
         failures = [{"rank": f.rank, "summary": f.summary, "kind": f.kind} for f in end.failures]
         self.writer.update_run(self.run_id, **end.live.summary())
-        self.writer.end_run(self.run_id, end.status, failures, end.ended)
-
         self._write_summary()
-    def _check(self) -> None:
+        self.writer.end_run(self.run_id, end.status, failures, end.ended)
 
     def _write_summary(self) -> None:
         if self._changed and self.run_id is not None:
             self.writer.put_summary(self.run_id, {n: self._summary[n] for n in self._changed})
             self._changed = set()
+
+    def _check(self) -> None:
         err = self.writer.error
         if err and not self._warned:
             self._warned = True
