@@ -43,6 +43,8 @@ import time
 import traceback
 from collections.abc import Iterator
 
+from nbdist.launch import title
+
 _LIFELINE_PERIOD = 0.5  # seconds between checks that the kernel is still there, without pidfds
 _EXIT_WAIT = 5.0  # seconds the server waits at its exit for its engines (told to leave) to end
 
@@ -181,6 +183,7 @@ def _controller(spec: dict, inherited: list[int]) -> None:
     code = 1
     try:
         _detach(inherited, spec["log"])
+        title.name(title.of("controller", spec.get("cluster", "")))  # its schedulers' too
         os.chdir(spec["cwd"])
         os.environ.update(spec["env"])
         sys.argv = ["ipcontroller", *spec["args"]]
@@ -199,6 +202,7 @@ def _engine(profile_dir: str, cluster_id: str, log_dir: str, inherited: list[int
     code = 1
     try:
         _detach(inherited, os.path.join(log_dir, f"engine-{os.getpid()}.log"))
+        title.name(title.of("engine", cluster_id))  # and its rank, once it has one
         from ipyparallel.engine.app import IPEngine
 
         IPEngine.launch_instance(
@@ -240,8 +244,10 @@ class _Requests:
             word, _, rest = line.strip().partition(b" ")
             if word == b"cluster":
                 self.cluster = json.loads(rest)
+                title.name(title.of("forkserver", self.cluster[1]))
             elif word == b"controller":
-                self._fork(_controller, json.loads(rest))
+                cluster = self.cluster[1] if self.cluster else ""
+                self._fork(_controller, {**json.loads(rest), "cluster": cluster})
             elif word == b"spawn":
                 if self.cluster is None:  # the kernel's end always claims first
                     sys.exit("nbdist fork server: spawn before cluster")
@@ -262,6 +268,7 @@ class _Requests:
 
 def main() -> None:
     unclaimed_until = time.monotonic() + float(sys.argv[1])
+    title.name(title.of("forkserver"))  # a spare, until a cluster claims it
     import nbdist.launch.lifeline as lifeline
 
     kernel = lifeline.parent_check()

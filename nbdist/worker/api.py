@@ -119,6 +119,7 @@ def serve_store(addr: str, own: bool = False) -> int:
 
 def form(info: RankInfo, timeout: float) -> float:
     """Join the process group as ``info``; seconds taken."""
+    from ..launch import title
     from . import host, rendezvous
 
     host.busy()  # an old group's end waits for its loop's ticks (host.idle between cells)
@@ -126,6 +127,7 @@ def form(info: RankInfo, timeout: float) -> float:
         return rendezvous.form(info, timeout)
     finally:
         host.idle()
+        title.engine_rank(info.rank, state.engine.cluster_id)  # "nbdist engine 3 (cluster X)"
 
 
 def leave_group() -> None:

@@ -288,7 +288,7 @@ class TestOneGpu:
         )
         assert not bad_fork and initialized and pid == gpu.slots[0].pid
         server = psutil.Process(pid).parent()
-        assert "nbdist.launch.forkserver" in " ".join(server.cmdline())
+        assert "nbdist forkserver" in " ".join(server.cmdline())
         with_context = _compute_pids()
         print("pids with a CUDA context (NVML):", sorted(with_context), "engine", pid,
               "fork server", server.pid, "libcuda mapped in the fork server:",

@@ -134,7 +134,7 @@ def _spare_of(k) -> int:
     def found():
         for pid in k.descendants():
             try:
-                if "nbdist.launch.forkserver" in psutil.Process(pid).cmdline():
+                if "nbdist forkserver" in " ".join(psutil.Process(pid).cmdline()):
                     return pid
             except psutil.NoSuchProcess:
                 pass

@@ -1,10 +1,12 @@
-"""Eight engines on this machine: one DDP step and an all-reduce across all of them."""
+"""Many engines on this machine: eight take one DDP step and an all-reduce together; 64 light
+ones (forked, sharing the fork server's pages) start, run, report and stop."""
 
 from __future__ import annotations
 
 from processes import assert_gone
 
 import nbdist
+from nbdist.config import CellOptions
 
 _STEP = """
 import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
@@ -37,6 +39,52 @@ def test_eight_ranks_step_together():
         assert rank_sum == sum(range(8))
         assert equal, "parameters differ between ranks after a DDP step"
         assert moved > 0, "the optimizer did not step"
+    finally:
+        cluster.stop()
+    assert_gone(pids)
+
+
+_REPORT = """
+import time
+for i in range(10):
+    nbdist.report(step=i, loss=1.0 / (i + 1), acc=0.5, lr=0.01)
+    time.sleep(0.05)
+nbdist.rank()
+"""
+
+
+def _title(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().replace(b"\0", b" ").decode().strip()
+
+
+def test_sixty_four_light_engines_start_run_report_and_stop():
+    """64 engines forked from one fork server (sharing its pages: --oversubscribe on 2 cores)
+    start, run a cell on every rank, report to a watched run, and stop, leaving no process;
+    each process is named in ``ps`` for what it is (``launch.title``)."""
+    from nbdist.notebook.run.observers.assembly import assemble
+
+    cluster = nbdist.start(n=64, oversubscribe=True, start_timeout=240)
+    procs = cluster.engines.processes()
+    pids = [p.pid for p in procs]
+    try:
+        cid = cluster.engines.cluster_id
+        assert [s.rank for s in cluster.slots] == list(range(64))
+        for s in cluster.slots:
+            assert _title(s.pid) == f"nbdist engine {s.rank} (cluster {cid})"
+        assert _title(cluster.engines.server_pid) == f"nbdist forkserver (cluster {cid})"
+        others = {_title(p.pid) for p in procs} - {_title(s.pid) for s in cluster.slots}
+        assert others == {
+            f"nbdist forkserver (cluster {cid})",
+            f"nbdist controller (cluster {cid})",
+        }
+        watch = assemble(_REPORT, CellOptions(dashboard=False), range(64))
+        assert cluster.run(_REPORT, watch=watch) == 0
+        col = watch.collector
+        assert col.records == 64 * 10, col.records
+        assert sorted(col.ranks) == list(range(64))
+        assert all(st.step == 9 for st in col.ranks.values())
+        assert col.series.last("acc") == 0.5
     finally:
         cluster.stop()
     assert_gone(pids)
