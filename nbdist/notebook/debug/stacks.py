@@ -68,7 +68,11 @@ def between_cells(cluster: Any, timeout: float = 5.0) -> dict[int, RankStacks | 
 
 
 def from_outside(engines: Any, rank: int, pid: int) -> RankStacks | str:
-    """``py-spy dump`` of an engine on this machine, or why it cannot be read."""
+    """``py-spy dump`` of an engine on this machine, or why it cannot be read. Read without
+    pausing the engine (``--nonblocking``): a paused engine's heart does not answer either,
+    and on a loaded machine a dump of a process holding torch's libraries takes long enough
+    for the controller to count it lost (one rank in three replaced after a --timeout stop,
+    under the whole test suite's load)."""
     local = bool(getattr(engines, "engine_pids", None))  # engines on this machine
     spy = shutil.which("py-spy")
     if not local or spy is None:
@@ -76,7 +80,7 @@ def from_outside(engines: Any, rank: int, pid: int) -> RankStacks | str:
         return f"no answer: its interpreter is busy in C code ({where})"
     try:
         text = subprocess.run(
-            [spy, "dump", "--full-filenames", "--pid", str(pid)],
+            [spy, "dump", "--nonblocking", "--full-filenames", "--pid", str(pid)],
             capture_output=True,
             text=True,
             timeout=_PYSPY_TIMEOUT,
