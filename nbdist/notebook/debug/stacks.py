@@ -69,10 +69,8 @@ def between_cells(cluster: Any, timeout: float = 5.0) -> dict[int, RankStacks | 
 
 def from_outside(engines: Any, rank: int, pid: int) -> RankStacks | str:
     """``py-spy dump`` of an engine on this machine, or why it cannot be read. Read without
-    pausing the engine (``--nonblocking``): a paused engine's heart does not answer either,
-    and on a loaded machine a dump of a process holding torch's libraries takes long enough
-    for the controller to count it lost (one rank in three replaced after a --timeout stop,
-    under the whole test suite's load)."""
+    pausing the engine (``--nonblocking``): a paused engine's heart does not answer either, and
+    the controller gives up an engine silent for its heartbeat's few beats."""
     local = bool(getattr(engines, "engine_pids", None))  # engines on this machine
     spy = shutil.which("py-spy")
     if not local or spy is None:
