@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 
 import pytest
 from clusters import cluster_with
@@ -140,8 +141,11 @@ def _stopped_by_timeout(cluster, pause: str) -> None:
     the whole suite's load a rank's engine was replaced all the same, 1 run in 3 (the cause is
     not found: see the issue's closing note). A fresh engine holds its kept state: what follows
     checks that the model trains on either way."""
-    with pytest.raises(DistributedCellError, match="ran past --timeout"):
+    with pytest.raises(DistributedCellError, match="ran past --timeout") as info:
         _train(cluster, 100_000, pause, CellOptions(timeout=1.5, stop_wait=60))
+    lost = [f for f in info.value.failures if f.kind != "timeout"]
+    if lost:  # said in the suite's summary, to find the cause where it happens
+        warnings.warn(f"a rank was lost in a --timeout stop:\n{info.value.report()}", stacklevel=1)
 
 
 @pytest.mark.parametrize("pause", ["sleeping", "forward", "backward", "all-reduce"])
