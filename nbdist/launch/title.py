@@ -5,7 +5,8 @@ Every local process of a cluster is the fork server or forked from it, so all of
 cluster's from another's. Each names itself once it knows what it is: ``nbdist forkserver
 (cluster nbdist-1a2b3c4d)``, ``nbdist controller (cluster ...)``, ``nbdist engine (cluster
 ...)``, then ``nbdist engine 3 (cluster ...)`` once it holds rank 3. The whole command line
-(``/proc/PID/cmdline``) becomes the name with ``setproctitle``; without it, the kernel's short
+(``/proc/PID/cmdline``, within its length: the environment after it is left alone) becomes
+the name with ``setproctitle``; without it, the kernel's short
 name (``/proc/PID/comm``, 15 characters) does, through ``prctl(PR_SET_NAME)``.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 
 _PR_SET_NAME = 15
 _named: str | None = None  # the title this process gave itself, if any
@@ -22,6 +24,9 @@ def name(title: str) -> None:
     """Call this process ``title`` (see the module's text); nothing where neither way works."""
     global _named
     _named = title
+    # Within the command line's own bytes: beyond them setproctitle would write over the
+    # environment's, which others read from outside (/proc/PID/environ: the kernel's identity).
+    os.environ.setdefault("SPT_NOENV", "1")
     try:
         from setproctitle import setproctitle
     except ImportError:  # the short name only

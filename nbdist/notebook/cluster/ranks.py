@@ -12,13 +12,14 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
+from collections.abc import Callable
 
 from ... import config
 from ...config import ClusterConfig
 from ...errors import NbdistError, RankFailure
 from ...protocol import CellOutcome, Inventory, MeshCoords, PipelineRole, RankInfo
 from ...worker import api
-from . import fanout, placement
+from . import fanout, placement, progress
 from .engines.base import EngineExit, EngineSet
 from .journal import Journal
 
@@ -45,6 +46,7 @@ class Ranks:
         self._roles: dict[int, PipelineRole] = {}  # each rank's stage, from its latest cell
         self._meshes: dict[int, MeshCoords] = {}  # each rank's place in its latest nbdist.mesh
         self._failed: dict[int, tuple[RankFailure, int]] = {}
+        self._line = progress.StartLine(shown=False)  # a start's (later formations: none)
 
     # -- what others read -------------------------------------------------------------------
     @property
@@ -103,7 +105,8 @@ class Ranks:
     def start(self) -> None:
         """Start the engines, place the ranks and form the group (once, by ``nbdist.start``)."""
         t0 = time.perf_counter()
-        self.engines = for_config(self.cfg)
+        self._line = progress.StartLine()  # what the start waits for, live under the cell
+        self.engines = for_config(self.cfg, self._line.say)
         client = self.engines.start()
         self.cfg = self.engines.cfg  # remote engines settle the controller's address and threads
         self._inventory = self.engines.check(self._setup(client.ids))  # one environment, or no
@@ -112,6 +115,7 @@ class Ranks:
         )
         self._form_group()
         self._ready_seconds = time.perf_counter() - t0
+        self._line.done(f"{len(self._slots)} engines up, their process group formed")
 
     def adopt(
         self,
@@ -145,7 +149,7 @@ class Ranks:
     # -- the process group ------------------------------------------------------------------
     def _setup(self, engine_ids: list[int]) -> dict[int, Inventory]:
         """Set fresh engines up (threads, torch, nbdist): their inventories by engine id."""
-        got = fanout.call(
+        pending = fanout.submit(
             self.client,
             {e: e for e in engine_ids},
             api.setup,
@@ -153,8 +157,9 @@ class Ranks:
             self.cfg.pin_cores,
             self.cfg.shared_memory,
             self.engines.cluster_id,
-            timeout=self.cfg.start_timeout,
         )
+        progress.wait_counted(pending, self.cfg.start_timeout, self._line, "engines set up")
+        got = fanout.wait(pending, self.cfg.start_timeout, self.client)
         got.check("setting up the engines", noun="engine")
         return got.values
 
@@ -162,7 +167,9 @@ class Ranks:
         """(Re-)form the world's process group on every rank now, on a fresh store."""
         infos = self.group_of(None, fresh_store=True)
         calls = {s.rank: (s.engine_id, (infos[s.rank], self.cfg.group_timeout)) for s in self.slots}
-        got = fanout.wait(fanout.submit_each(self.client, api.form, calls), self.cfg.start_timeout)
+        pending = fanout.submit_each(self.client, api.form, calls)
+        progress.wait_counted(pending, self.cfg.start_timeout, self._line, "ranks in the group")
+        got = fanout.wait(pending, self.cfg.start_timeout)
         if got.failures:
             raise NbdistError(
                 f"the process group did not form: {fanout.describe_failures(got.failures)}"
@@ -277,8 +284,9 @@ class Ranks:
         return ""
 
 
-def for_config(cfg: ClusterConfig) -> EngineSet:
-    """The engine set ``cfg`` asks for: remote hosts or schedulers, else local engines."""
+def for_config(cfg: ClusterConfig, say: Callable[[str], None] | None = None) -> EngineSet:
+    """The engine set ``cfg`` asks for: remote hosts or schedulers, else local engines (which
+    ``say`` how their start goes: ``progress.StartLine``)."""
     from .engines import forks
 
     if cfg.remote is not None:
@@ -288,4 +296,4 @@ def for_config(cfg: ClusterConfig) -> EngineSet:
         return RemoteEngines(cfg)
     from .engines.local import LocalEngines
 
-    return LocalEngines(cfg)
+    return LocalEngines(cfg, say)

@@ -15,6 +15,7 @@ import queue
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import ipyparallel as ipp
@@ -47,8 +48,9 @@ class LocalEngines(OnThisMachine):
     owns_engines = True
     client: ipp.Client | None
 
-    def __init__(self, cfg: config.ClusterConfig):
+    def __init__(self, cfg: config.ClusterConfig, say: Callable[[str], None] | None = None):
         self.cfg = cfg
+        self._say = say or (lambda text: None)  # the start's live line (cluster.progress)
         self.cluster_id = "nbdist-" + uuid.uuid4().hex[:8]
         profile = profile_dir()
         self.log_dir = private_dir(profile / "log" / self.cluster_id)
@@ -109,7 +111,12 @@ class LocalEngines(OnThisMachine):
     def add_engines(self, n: int, known: set[int]) -> list[int]:
         """Start ``n`` more engines; return their ids once they have registered. An engine
         that dies first (the fork server says so at once) fails this at once, with its error."""
-        pids = [self._forks.spawn(self.cfg.start_timeout) for _ in range(n)]
+        if not self._forks.ready():
+            self._say("the fork server imports torch, once for every engine")
+        pids = []
+        for i in range(n):
+            pids.append(self._forks.spawn(self.cfg.start_timeout))
+            self._say(f"0/{n} engines registered; waiting for {n} ({i + 1} forked)")
         self.engine_pids.update(pids)
         deadline = time.monotonic() + self.cfg.start_timeout
         while time.monotonic() < deadline:
@@ -119,6 +126,10 @@ class LocalEngines(OnThisMachine):
             dead = [p for p in pids if p in self._forks.ended]
             if dead:
                 raise NbdistError(self._died_starting(dead[0]))
+            self._say(
+                f"{len(new)}/{n} engines registered; waiting for {n - len(new)} "
+                "(forked, starting their kernels and connecting)"
+            )
             time.sleep(0.02)
         raise NbdistError(
             f"{n} engine(s) did not register within {self.cfg.start_timeout:.0f} s; "
