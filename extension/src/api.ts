@@ -79,12 +79,13 @@ export interface IMetricSummary {
   max: number | null;
 }
 
-
 /** One rank's failure, as a finished run keeps it. */
 export interface IFailure {
   rank: number;
   summary: string;
   kind: string;
+  /** When it failed (seconds since the epoch; 0 when an older store did not keep it). */
+  at: number;
 }
 
 /** One run with what only `runs/ID` returns (`telemetry.events.RUN_DETAIL_FIELDS`). */
@@ -228,8 +229,38 @@ export function stopCluster(clusterId: string): Promise<ICluster> {
   return requestAPI(`clusters/${encodeURIComponent(clusterId)}`, { method: 'DELETE' });
 }
 
-export function listRuns(limit = 20): Promise<{ runs: IRun[] }> {
-  return requestAPI(`runs?limit=${limit}`);
+/**
+ * What a page of runs asks for (`GET runs`, `telemetry.listing`): a part of the name (`q`),
+ * statuses ("ok,failed"), a sort (time, duration, name, status, step, or a summary metric:
+ * "loss", "min:loss"), its order ("" for the sort's own), the session's other cells (`all`).
+ */
+export interface IRunsQuery {
+  offset?: number;
+  limit?: number;
+  q?: string;
+  status?: string;
+  sort?: string;
+  order?: '' | 'asc' | 'desc';
+  all?: boolean;
+}
+
+/** A page of runs: `total` counts every run the query finds; `metrics`, what runs sort by. */
+export interface IRunsPage {
+  runs: IRun[];
+  total: number;
+  offset: number;
+  limit: number;
+  metrics: string[];
+}
+
+export function listRuns(query: IRunsQuery = {}): Promise<IRunsPage> {
+  const params = new URLSearchParams();
+  for (const [key, value] of Object.entries(query)) {
+    if (value !== undefined && value !== '' && value !== false) {
+      params.set(key, value === true ? '1' : String(value));
+    }
+  }
+  return requestAPI(`runs?${params.toString()}`);
 }
 
 export function getRun(runId: number): Promise<{ run: IRunDetail }> {

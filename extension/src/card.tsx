@@ -11,20 +11,10 @@ import { Button } from '@jupyterlab/ui-components';
 import React from 'react';
 
 import { ICurves, IRun, IWorker } from './api';
-import {
-  lossText,
-  meshCoords,
-  meshKey,
-  meshTile,
-  runLength,
-  runTitle,
-  SHOWN_STATES,
-  shownState,
-  stepText,
-  workerTitle
-} from './describe';
+import { lossText, runLength, runTitle, stepText } from './describe';
 import { fmt, fmtInt } from './format';
 import { Sparkline } from './sparkline';
+import { WorkerGrid } from './workers';
 
 export interface IRunCardProps {
   run: IRun;
@@ -116,59 +106,6 @@ function Figure(props: { label: string; value: string; testid?: string }): JSX.E
         {props.value}
       </div>
       <div className="jp-nbdist-figureLabel">{props.label}</div>
-    </div>
-  );
-}
-
-/** Each rank's tile, in the colour of its state, with its coordinates when its run made a mesh
- * (`nbdist.mesh`: "1·0"); the legend names the states shown, and the mesh's dimensions. */
-export function WorkerGrid(props: { workers: IWorker[]; run: IRun }): JSX.Element {
-  if (props.workers.length === 0) {
-    return (
-      <p className="jp-nbdist-empty">
-        {props.run.status === 'running' ? 'No worker health yet.' : 'No worker health was kept.'}
-      </p>
-    );
-  }
-  const shown = props.workers.map(w => [w, shownState(w, props.run)] as const);
-  const present = SHOWN_STATES.filter(s => shown.some(([, state]) => state === s));
-  const keyed = props.workers.map(w => meshCoords(w.mesh)).find(c => c.length > 0);
-  return (
-    <div>
-      <div className="jp-nbdist-workers" role="list" aria-label="workers">
-        {shown.map(([w, state]) => (
-          <div
-            key={w.rank}
-            role="listitem"
-            data-rank={w.rank}
-            data-state={state}
-            data-reported={w.state}
-            className={`jp-nbdist-worker jp-nbdist-state-${state}`}
-            title={workerTitle(w)}
-          >
-            <span className="jp-nbdist-workerRank">{w.rank}</span>
-            <span className="jp-nbdist-workerState">{state}</span>
-            {w.mesh && (
-              <span className="jp-nbdist-workerMesh" data-mesh={w.mesh}>
-                {meshTile(meshCoords(w.mesh))}
-              </span>
-            )}
-          </div>
-        ))}
-      </div>
-      <div className="jp-nbdist-legend">
-        {present.map(s => (
-          <span key={s}>
-            <span className={`jp-nbdist-dot jp-nbdist-state-${s}`} />
-            {s}
-          </span>
-        ))}
-        {keyed && (
-          <span className="jp-nbdist-meshKey" data-testid="nbdist-mesh-key">
-            {meshKey(keyed)}
-          </span>
-        )}
-      </div>
     </div>
   );
 }

@@ -3,7 +3,9 @@
  *
  * While the focused run is live and the panel visible, its workers refresh four times a second
  * (a dead rank shows within a second of its death) and its card curve twice a second, the
- * clusters and the run list once a second. Otherwise everything refreshes every second while the
+ * clusters and the runs table's page in view once a second (only that page: the table's search,
+ * filter, sort and paging are the server's, `GET runs`); a change of the table's query is asked
+ * for at once. Otherwise everything refreshes every second while the
  * panel is visible, every 15 s while it is hidden, and not at all while the browser tab is
  * hidden. When the server cannot be reached the poll backs off (up to 30 s) and the panel says
  * so at the top.
@@ -19,6 +21,8 @@ import React from 'react';
 import {
   ICurves,
   IRun,
+  IRunsPage,
+  IRunsQuery,
   IWorker,
   listClusters,
   listRuns,
@@ -28,6 +32,7 @@ import {
   stopCluster
 } from './api';
 import { errorText, Unreachable } from './request';
+import { DEFAULT_COLUMNS, PAGE } from './runlist';
 import { IOpener, IPanelState } from './state';
 import { Sidebar } from './views';
 
@@ -37,6 +42,7 @@ const VISIBLE_MS = 1000;
 const HIDDEN_MS = 15000;
 const MAX_BACKOFF_MS = 30000;
 const CARD_POINTS = 200;
+const COLUMNS_KEY = 'nbdist:run-columns'; // the table's columns, kept in the browser
 
 export class SidebarPanel extends ReactWidget {
   constructor(opener: IOpener) {
@@ -78,6 +84,8 @@ export class SidebarPanel extends ReactWidget {
         onOpen={run => this._opener.openRun(run)}
         onSelect={(ids, on) => this._select(ids, on)}
         onCompare={() => this._compare()}
+        onQuery={change => this._query(change)}
+        onColumns={columns => this._columns(columns)}
       />
     );
   }
@@ -113,30 +121,47 @@ export class SidebarPanel extends ReactWidget {
     }
   }
 
-  /** Clusters, runs, and the focused run's workers and curve. */
+  /** Clusters, the runs table's page, and the focused run's workers and curve. */
   private async _refreshAll(): Promise<void> {
     this._lastFull = Date.now();
-    const [clusters, runs] = await Promise.all([listClusters(), listRuns(20)]);
-    const runList = runs.runs;
-    const focus = runList.find(r => r.status === 'running') ?? runList[0] ?? null;
+    const query = this._state.query;
+    const [clusters, page, live] = await Promise.all([
+      listClusters(),
+      listRuns({ ...query, limit: PAGE }),
+      listRuns({ status: 'running', limit: 1 })
+    ]);
+    const focus = live.runs[0] ?? (await this._latest(query, page));
     if (focus?.id !== this._focusId) {
       this._focusId = focus?.id ?? null;
       this._lastCurve = 0;
       this._patch({ curves: null, cardMetric: 'loss', workers: [] });
     }
     const [workers, curves] = focus ? await this._readFocus(focus, true) : [[], null];
-    const known = new Set(runList.map(r => r.id));
+    const ticked = this._state.selected.map(id => this._known.get(id));
+    this._known = new Map(
+      // what a comparison may need: the runs ticked, and those shown
+      [...ticked, ...page.runs, focus].filter((r): r is IRun => !!r).map(r => [r.id, r])
+    );
     this._patch({
       clusters: clusters.clusters,
-      runs: runList,
+      // a page of an older query (the table's was changed meanwhile) waits for the next
+      ...(query === this._state.query ? { page } : {}),
       focus,
       workers,
       ...(curves ? { curves } : {}),
-      selected: this._state.selected.filter(id => known.has(id)),
       loaded: true,
       unreachable: false,
       lastOk: Date.now()
     });
+  }
+
+  /** The latest run: the page's first when the table shows the latest runs, else asked. */
+  private async _latest(query: IRunsQuery, page: IRunsPage): Promise<IRun | null> {
+    const plain = !query.offset && !query.q && !query.status && !query.all;
+    if (plain && (query.sort ?? 'time') === 'time' && query.order !== 'asc') {
+      return page.runs[0] ?? null;
+    }
+    return (await listRuns({ limit: 1 })).runs[0] ?? null;
   }
 
   /** Only the live run's workers and curve (its status comes with the next full one). */
@@ -186,9 +211,24 @@ export class SidebarPanel extends ReactWidget {
     this._patch({ selected: on ? [...kept, ...ids] : kept });
   }
 
+  /** The runs table asks for another page, search, filter or sort: read it at once. */
+  private _query(change: Partial<IRunsQuery>): void {
+    this._patch({ query: { ...this._state.query, ...change } });
+    this._lastFull = 0; // a full refresh, even while a live run is polled fast
+    void this._poll.refresh();
+  }
+
+  private _columns(columns: string[]): void {
+    this._patch({ columns });
+    try {
+      window.localStorage.setItem(COLUMNS_KEY, JSON.stringify(columns));
+    } catch {
+      // storage refused (a private window): the columns last as long as the page
+    }
+  }
+
   private _compare(): void {
-    const byId = new Map(this._state.runs.map(r => [r.id, r]));
-    const runs = this._state.selected.map(id => byId.get(id)).filter((r): r is IRun => !!r);
+    const runs = this._state.selected.map(id => this._known.get(id)).filter((r): r is IRun => !!r);
     if (runs.length >= 2) {
       this._opener.compare(runs);
     }
@@ -226,9 +266,12 @@ export class SidebarPanel extends ReactWidget {
   private _lastCurve = 0; // when the card's curve was last read (ms)
   private _finalCurve: number | null = null; // the ended run whose curve was read since its end
   private _failing = false; // the last refresh failed: no fast pace until one succeeds
+  private _known = new Map<number, IRun>(); // runs shown or ticked, for a comparison
   private _state: IPanelState = {
     clusters: [],
-    runs: [],
+    page: null,
+    query: {},
+    columns: savedColumns(),
     focus: null,
     curves: null,
     cardMetric: 'loss',
@@ -240,6 +283,19 @@ export class SidebarPanel extends ReactWidget {
     busy: false,
     lastOk: 0
   };
+}
+
+/** The table's columns as last chosen in this browser, else the default ones. */
+function savedColumns(): string[] {
+  try {
+    const saved = JSON.parse(window.localStorage.getItem(COLUMNS_KEY) ?? 'null');
+    if (Array.isArray(saved) && saved.every(c => typeof c === 'string')) {
+      return saved;
+    }
+  } catch {
+    // nothing kept, or not readable: the default
+  }
+  return DEFAULT_COLUMNS;
 }
 
 function deadCount(workers: IWorker[]): number {

@@ -5,7 +5,7 @@
 import React from 'react';
 
 import { IEvent, IFailure, IHealthHistory, IRunDetail, IWorker } from './api';
-import { WorkerGrid } from './card';
+import { WorkerGrid } from './workers';
 import { ILine } from './chart';
 import { ChartBox } from './chartbox';
 import { fmtDuration, fmtInt, MISSING } from './format';

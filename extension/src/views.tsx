@@ -1,6 +1,7 @@
 /**
  * The panel's React views: pure functions of the panel state. The run card is card.tsx; the
- * list of past runs, with its selection for comparing, is runlist.tsx.
+ * runs table (search, filter, sort, columns, pages), with its selection for comparing, is
+ * runlist.tsx.
  *
  * Strings that come from engines or the run store (host names, run names, errors) are React text
  * children or attributes, which React escapes: nothing here sets HTML.
@@ -8,10 +9,10 @@
 import { Button, refreshIcon } from '@jupyterlab/ui-components';
 import React from 'react';
 
-import { ICluster, IRun } from './api';
+import { ICluster, IRun, IRunsQuery } from './api';
 import { RunCard } from './card';
 import { ago } from './describe';
-import { RunList, SelectionBar } from './runlist';
+import { RunTable, SelectionBar } from './runlist';
 import type { IPanelState } from './state';
 
 export interface ISidebarProps {
@@ -23,12 +24,14 @@ export interface ISidebarProps {
   /** Tick or untick runs (a click on a checkbox; ctrl/shift-click on a row). */
   onSelect: (runIds: number[], on: boolean) => void;
   onCompare: () => void;
+  /** Another page, search, filter or sort of the runs table. */
+  onQuery: (change: Partial<IRunsQuery>) => void;
+  onColumns: (columns: string[]) => void;
 }
 
 export function Sidebar(props: ISidebarProps): JSX.Element {
   const { state } = props;
   const live = state.focus?.status === 'running';
-  const past = state.runs.filter(r => r.id !== state.focus?.id);
   return (
     <div className="jp-nbdist-body">
       <div className="jp-nbdist-header">
@@ -90,17 +93,17 @@ export function Sidebar(props: ISidebarProps): JSX.Element {
           </Empty>
         )}
       </Section>
-      <Section title="Past runs">
-        {past.length === 0 ? (
-          <Empty>No past runs.</Empty>
-        ) : (
-          <RunList
-            runs={past}
-            selected={state.selected}
-            onOpen={props.onOpen}
-            onSelect={props.onSelect}
-          />
-        )}
+      <Section title={state.page ? `Runs (${state.page.total})` : 'Runs'}>
+        <RunTable
+          page={state.page}
+          query={state.query}
+          columns={state.columns}
+          selected={state.selected}
+          onQuery={props.onQuery}
+          onColumns={props.onColumns}
+          onOpen={props.onOpen}
+          onSelect={props.onSelect}
+        />
       </Section>
     </div>
   );

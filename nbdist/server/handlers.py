@@ -78,7 +78,7 @@ _RUN_ID = re.compile(r"[0-9]{1,18}")
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 _MAX_NAME = 200  # characters of a metric name asked for
 _MAX_ID = 2**63 - 1  # a row id: SQLite's INTEGER
-#: What ``GET runs`` takes (and Jupyter's own: a token, a cache-buster).
+#: What ``GET runs`` takes (and Jupyter's own: a token, a cache-buster, or a bare number).
 _RUNS_ARGS = ("offset", "limit", "q", "status", "sort", "order", "all")
 _JUPYTER_ARGS = ("token", "_")
 
@@ -226,7 +226,11 @@ class RunsHandler(_Base):
 
     def _query(self) -> RunQuery:
         """The page asked for, or a 400 that names what is wrong and what is taken."""
-        unknown = sorted(set(self.request.query_arguments) - {*_RUNS_ARGS, *_JUPYTER_ARGS})
+        unknown = sorted(
+            k
+            for k in set(self.request.query_arguments) - {*_RUNS_ARGS, *_JUPYTER_ARGS}
+            if not k.isdigit()  # JupyterLab's cache-buster: ?1795870490515
+        )
         if unknown:
             raise tornado.web.HTTPError(
                 400, f"runs takes {', '.join(_RUNS_ARGS)}, not {trim_repr(unknown[0])}"

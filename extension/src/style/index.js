@@ -2,3 +2,5 @@ import 'uplot/dist/uPlot.min.css';
 import './chart.css';
 import './base.css';
 import './views.css';
+import './runlist.css';
+import './workers.css';

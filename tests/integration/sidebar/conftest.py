@@ -1,6 +1,10 @@
 """The sidebar's browser tests: a real JupyterLab in a process of its own (``tests/lab.py``)
 sharing the module's nbdist data folder with the kernels the tests start, and the shadows of
-pytest-jupyter's autouse fixtures, which these tests (no in-process server) must not run."""
+pytest-jupyter's autouse fixtures, which these tests (no in-process server) must not run.
+
+The lab reads this checkout's ``jupyter-config/`` too (``JUPYTER_CONFIG_PATH``), as an install
+of nbdist puts it in the environment's ``etc/jupyter``: what it configures (ipyparallel's own
+cluster panel disabled) is what a person who installed this checkout gets."""
 
 from __future__ import annotations
 
@@ -8,7 +12,10 @@ import asyncio
 
 import pytest
 from lab import running_lab
-from paths import data_dir_env
+from paths import ROOT, data_dir_env
+
+#: The project's Jupyter configuration, as an install puts it in ``etc/jupyter``.
+JUPYTER_CONFIG = ROOT / "jupyter-config"
 
 
 @pytest.fixture
@@ -38,5 +45,5 @@ def data(tmp_path_factory):
 def lab(tmp_path_factory, data):
     """A real ``jupyter lab`` (tests/lab.py) sharing ``data``."""
     base = tmp_path_factory.mktemp("lab")
-    with running_lab(base, base / "root") as lab:
+    with running_lab(base, base / "root", env={"JUPYTER_CONFIG_PATH": str(JUPYTER_CONFIG)}) as lab:
         yield lab

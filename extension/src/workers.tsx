@@ -1,0 +1,160 @@
+/**
+ * A run's ranks, each in the colour of its state: a tile per rank (its number, its state, its
+ * place in the mesh) for a few ranks; for many (more than `TILES_UP_TO`), a compact grid of one
+ * small cell per rank, its tooltip the rank's detail, with counts by state and a table of every
+ * rank (host, state, CPU, step time, last report) a click away. Drawn on the sidebar's card and
+ * in a run's view.
+ */
+import React from 'react';
+
+import { IRun, IWorker } from './api';
+import {
+  meshCoords,
+  meshKey,
+  meshTile,
+  SHOWN_STATES,
+  ShownState,
+  shownState,
+  workerTitle
+} from './describe';
+import { fmt, fmtDuration, fmtInt, MISSING } from './format';
+
+/** Ranks drawn as tiles; past this, the compact grid. */
+export const TILES_UP_TO = 16;
+
+export function WorkerGrid(props: { workers: IWorker[]; run: IRun }): JSX.Element {
+  const [table, setTable] = React.useState(false);
+  if (props.workers.length === 0) {
+    return (
+      <p className="jp-nbdist-empty">
+        {props.run.status === 'running' ? 'No worker health yet.' : 'No worker health was kept.'}
+      </p>
+    );
+  }
+  const shown = props.workers.map(w => [w, shownState(w, props.run)] as const);
+  const present = SHOWN_STATES.filter(s => shown.some(([, state]) => state === s));
+  const keyed = props.workers.map(w => meshCoords(w.mesh)).find(c => c.length > 0);
+  const many = props.workers.length > TILES_UP_TO;
+  const count = (s: ShownState) => shown.filter(([, state]) => state === s).length;
+  return (
+    <div>
+      {many ? <Cells shown={shown} /> : <Tiles shown={shown} />}
+      <div className="jp-nbdist-legend">
+        {present.map(s => (
+          <span key={s} data-legend-state={s}>
+            <span className={`jp-nbdist-dot jp-nbdist-state-${s}`} />
+            {many ? `${s} ${fmtInt(count(s))}` : s}
+          </span>
+        ))}
+        {keyed && (
+          <span className="jp-nbdist-meshKey" data-testid="nbdist-mesh-key">
+            {meshKey(keyed)}
+          </span>
+        )}
+        {many && (
+          <button
+            type="button"
+            className="jp-nbdist-linkButton jp-nbdist-rankTableToggle"
+            aria-expanded={table}
+            onClick={() => setTable(!table)}
+          >
+            {table ? 'hide the table' : `table of ${fmtInt(props.workers.length)} ranks`}
+          </button>
+        )}
+      </div>
+      {many && table && <RankTable shown={shown} />}
+    </div>
+  );
+}
+
+type Shown = readonly (readonly [IWorker, ShownState])[];
+
+/** A tile per rank: its number, its state, its place in the mesh. */
+function Tiles(props: { shown: Shown }): JSX.Element {
+  return (
+    <div className="jp-nbdist-workers" role="list" aria-label="workers">
+      {props.shown.map(([w, state]) => (
+        <div
+          key={w.rank}
+          role="listitem"
+          data-rank={w.rank}
+          data-state={state}
+          data-reported={w.state}
+          className={`jp-nbdist-worker jp-nbdist-state-${state}`}
+          title={workerTitle(w)}
+        >
+          <span className="jp-nbdist-workerRank">{w.rank}</span>
+          <span className="jp-nbdist-workerState">{state}</span>
+          {w.mesh && (
+            <span className="jp-nbdist-workerMesh" data-mesh={w.mesh}>
+              {meshTile(meshCoords(w.mesh))}
+            </span>
+          )}
+        </div>
+      ))}
+    </div>
+  );
+}
+
+/** One small cell per rank, in rank order, coloured by its state; its tooltip the detail. */
+function Cells(props: { shown: Shown }): JSX.Element {
+  return (
+    <div className="jp-nbdist-rankCells" role="list" aria-label="workers">
+      {props.shown.map(([w, state]) => (
+        <div
+          key={w.rank}
+          role="listitem"
+          data-rank={w.rank}
+          data-state={state}
+          data-reported={w.state}
+          className={`jp-nbdist-rankCell jp-nbdist-worker jp-nbdist-state-${state}`}
+          title={workerTitle(w)}
+          aria-label={`rank ${w.rank}: ${state}`}
+        />
+      ))}
+    </div>
+  );
+}
+
+/** Every rank's detail, a row each, the ranks not ok first. */
+function RankTable(props: { shown: Shown }): JSX.Element {
+  const order = (s: ShownState) => (s === 'ok' || s === 'done' ? 1 : 0);
+  const rows = [...props.shown].sort(
+    ([a, sa], [b, sb]) => order(sa) - order(sb) || a.rank - b.rank
+  );
+  return (
+    <div className="jp-nbdist-rankTableBox">
+      <table className="jp-nbdist-rankTable">
+        <thead>
+          <tr>
+            <th>rank</th>
+            <th>state</th>
+            <th>host</th>
+            <th>cpu %</th>
+            <th>step</th>
+            <th>last report</th>
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map(([w, state]) => (
+            <tr key={w.rank} data-rank={w.rank} data-state={state}>
+              <td>{w.rank}</td>
+              <td>
+                <span className={`jp-nbdist-dot jp-nbdist-state-${state}`} />
+                {state}
+              </td>
+              <td>{w.host || MISSING}</td>
+              <td className="jp-nbdist-num">{w.cpu === null ? MISSING : fmt(w.cpu, 3)}</td>
+              <td className="jp-nbdist-num">
+                {w.step_time === null ? MISSING : fmtDuration(w.step_time)}
+              </td>
+              <td className="jp-nbdist-num">
+                {w.last_report_age === null ? MISSING : `${fmtDuration(w.last_report_age)} ago`}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
