@@ -32,6 +32,7 @@ from . import Result, cores, table
 BENCHMARKS = (
     "bench_start",
     "bench_cluster",
+    "bench_scale",
     "bench_cell",
     "bench_train",
     "bench_scatter",
