@@ -24,21 +24,30 @@ export class EventList {
 
   constructor() {
     this.node.append(this.heading, this.list);
+    // following the latest unless the person scrolled back to read; a list laid out later
+    // (drawn while out of view) scrolls to its end when it is
+    this.list.addEventListener('scroll', () => {
+      const list = this.list;
+      this.follow = list.scrollHeight - list.scrollTop - list.clientHeight < 4;
+    });
+    new ResizeObserver(() => this.toEnd()).observe(this.list);
   }
 
   draw(events: IEvent[]): void {
-    const list = this.list;
-    // following the latest unless the person scrolled back to read
-    const atEnd = list.scrollHeight - list.scrollTop - list.clientHeight < 4;
     const shown = inView(events, EVENTS_KEPT);
     this.heading.textContent = shown.length > 8 ? `events (${shown.length})` : 'events';
-    drawEvents(list, shown);
+    drawEvents(this.list, shown);
     this.node.dataset.events = String(shown.length);
-    if (atEnd) {
-      list.scrollTop = list.scrollHeight;
+    this.toEnd();
+  }
+
+  private toEnd(): void {
+    if (this.follow) {
+      this.list.scrollTop = this.list.scrollHeight;
     }
   }
 
+  private follow = true;
   private readonly heading = el('div', 'nbd-section', 'events');
   private readonly list = el('div', 'nbd-event-list');
 }
