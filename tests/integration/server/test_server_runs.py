@@ -120,6 +120,12 @@ async def test_a_bad_parameter_is_a_400_in_one_line(jp_fetch, runs, params, word
     assert code == 400 and words in message and "\n" not in message, message
 
 
+async def test_jupyterlabs_cache_buster_is_let_through(jp_fetch, runs):
+    """JupyterLab's requests may end in ``?1795870490515``: a bare number, not a parameter."""
+    code, data = await fetch_json(jp_fetch, "runs", params={"1795870490515": "", "limit": "2"})
+    assert code == 200 and len(data["runs"]) == 2
+
+
 async def test_without_a_token_the_runs_are_refused(jp_fetch, runs):
     code, _ = await fetch_error(
         jp_fetch, "runs", params={"q": "cnn"}, headers={"Authorization": ""}
