@@ -225,7 +225,7 @@ function RunRows(props: IRunTableProps & { page: IRunsPage }): JSX.Element {
         onClick={() => key && props.onQuery({ sort: key, order: active ? flip(query) : '' })}
       >
         {FIELD_COLUMNS[c] ?? c}
-        {active ? (isDown(query) ? ' ↓' : ' ↑') : ''}
+        {active ? (isDown(query) ? ' ▾' : ' ▴') : ''}
       </th>
     );
   };

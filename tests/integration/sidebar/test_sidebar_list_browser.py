@@ -159,6 +159,14 @@ def test_the_table_pages_through_every_run(page, made):
     )
     panel.get_by_label("all cells").uncheck()
     _wait_count(page, f"1–20 of {RUNS + 1}")
+    # polling stays light: every read of the runs is the page in view, or the live run's
+    asked = page.evaluate(RUNS_READS)
+    assert len(asked) > 5 and all(re.search(r"[?&]limit=(20|1)(&|$)", a) for a in asked), asked
+
+
+#: Every read of the runs the page made, from the browser's resource timing.
+RUNS_READS = """() => performance.getEntriesByType('resource').map(e => e.name)
+  .filter(n => n.split('?')[0].endsWith('/nbdist/api/runs'))"""
 
 
 def test_search_filter_and_sort_by_a_summary_metric(page, made):
