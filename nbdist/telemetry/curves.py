@@ -49,8 +49,10 @@ class Curve:
         self._y: list[float] = []
         self._bucket: list[tuple[float, float]] = []  # (x, y) of the lowest and highest so far
         self._count = 0
+        self._newest: tuple[float, float] | None = None
 
     def add(self, x: float, y: float) -> None:
+        self._newest = (x, y)
         b = self._bucket
         if not b:
             b.extend(((x, y), (x, y)))
@@ -90,19 +92,14 @@ class Curve:
         return len(self._x) + len(set(self._bucket))
 
     def last(self) -> float | None:
-        """The y of the latest point, or None (cheap: no copy of the curve)."""
-        point = self._latest()
-        return point[1] if point else None
+        """The y of the latest point added, or None: the latest, even where decimation kept
+        only its bucket's lowest and highest (the figure a header or a run's summary shows is
+        the step's own, not a neighbour's)."""
+        return self._newest[1] if self._newest else None
 
     def last_x(self) -> float | None:
-        """The x of the latest point, or None."""
-        point = self._latest()
-        return point[0] if point else None
-
-    def _latest(self) -> tuple[float, float] | None:
-        if self._bucket:
-            return max(self._bucket)  # the open bucket's later point
-        return (self._x[-1], self._y[-1]) if self._x else None
+        """The x of the latest point added, or None."""
+        return self._newest[0] if self._newest else None
 
 
 class Outbox:

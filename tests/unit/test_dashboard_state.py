@@ -373,8 +373,8 @@ def test_many_ranks_are_sent_as_a_band_and_their_outliers(no_front_end, tmp_path
     and the outlier ranks' curves alone (rank 40's loss stands far above the others'), never a
     curve per rank; what a message carries does not grow with the ranks' records."""
     n = 64
-    w = assemble("nbdist.report(...)", CellOptions(), list(range(n)),
-                 store_at=RunStore(tmp_path / "r"), cfg=TelemetryConfig(silent_after=60.0))  # fmt: skip
+    store, cfg = RunStore(tmp_path / "r"), TelemetryConfig(silent_after=60.0)
+    w = assemble("nbdist.report(...)", CellOptions(), list(range(n)), store_at=store, cfg=cfg)
     clock = w.collector.clock = Clock(w.collector.started)
     w.on_phase(Phase.STARTING, Phase.RUNNING)
     feeds = _attempt({r: 1000 + r for r in range(n)})
@@ -393,3 +393,13 @@ def test_many_ranks_are_sent_as_a_band_and_their_outliers(no_front_end, tmp_path
     assert deltas and all(set(d["metrics"]["loss"].get("ranks", {})) <= {"40"} for d in deltas)
     assert sum(len(d["metrics"]["loss"].get("hi", [[]])[0]) for d in deltas) >= 3
     assert max(len(json.dumps(d)) for d in sent) < 4000  # 64 ranks' records: a few KB
+
+
+def test_a_decimated_curves_last_value_is_the_latest_steps_own():
+    # Past its limit a curve keeps each bucket's lowest and highest: the latest point added may
+    # be neither, and the header, the store's summary and the readout must all show that one.
+    curve = Curve(limit=8)
+    for step in range(1, 2006):
+        curve.add(step, float(step % 10))  # the last, 5.0, neither its bucket's lowest nor highest
+    assert (curve.last_x(), curve.last()) == (2005, 5.0)
+    assert len(curve.x) <= 8 + 2

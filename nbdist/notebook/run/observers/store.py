@@ -76,7 +76,9 @@ class RunRecord(Observer):
         if not end.recorded:
             self.writer.delete_run(self.run_id)
             return
-        failures = [{"rank": f.rank, "summary": f.summary, "kind": f.kind} for f in end.failures]
+        failures = [
+            {"rank": f.rank, "summary": f.summary, "kind": f.kind, "at": f.at} for f in end.failures
+        ]
         self.writer.update_run(self.run_id, **end.live.summary())
         self._write_summary()
         self.writer.end_run(self.run_id, end.status, failures, end.ended)
