@@ -57,3 +57,34 @@ export class BoardCharts {
     this.grid.destroy();
   }
 }
+
+/** Set `chart`'s title to `title` (in full on hover too, where the chart is narrow). */
+export function retitle(chart: MetricChart, title: string): void {
+  const span = chart.node.querySelector<HTMLElement>('.nbdist-chart-title');
+  if (span && span.textContent !== title) {
+    span.textContent = title;
+    span.title = title;
+  }
+}
+
+/**
+ * What a metric's chart draws, said in its title: each rank's line and their mean (a few
+ * ranks), the mean alone (past RANK_LINES, with no band), or past the kernel's MANY_RANKS the
+ * mean, the band of the ranks' lowest to highest value and the outlier ranks named:
+ * "loss: mean, min–max band of 64 ranks, outliers 3, 40".
+ */
+export function titleOf(
+  name: string,
+  ranks: number,
+  drawn: 'ranks' | 'mean' | 'band',
+  outliers: number[] = []
+): string {
+  if (drawn === 'band') {
+    const named = outliers.length ? `, outliers ${outliers.join(', ')}` : '';
+    return `${name}: mean, min–max band of ${ranks} ranks${named}`;
+  }
+  if (drawn === 'mean') {
+    return `${name}: mean of ${ranks} ranks`;
+  }
+  return ranks > 1 ? `${name} per rank, and their mean` : name;
+}

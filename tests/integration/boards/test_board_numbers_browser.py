@@ -8,7 +8,7 @@ cluster's cells and the board is held against the run store.
 - A message the board cannot read is one line on it, mended when the kernel answers its request
   for the whole board (asked as it read the bad message, answered when that cell ends).
 - 64 light ranks (--oversubscribe): each chart is the mean, the band of the ranks' values and the
-  outlier rank 40's own line, named; health a grid of 64 cells, the table behind a toggle.
+  outlier rank 40's own line, named, and its title says so; health a grid of 64 cells, the table behind a toggle.
 
 Screenshots, light and dark: test-artifacts/screenshots/board-numbers-*.png, board-64-*.png.
 """
@@ -183,6 +183,9 @@ def test_the_board_agrees_with_the_store_at_2_and_64_ranks(lab):
         many.scroll_into_view_if_needed()
         loss = many.locator(".nbdist-chart[data-metric='loss']")
         expect(loss).to_have_attribute("data-outliers", "40")
+        # the title says what is drawn, not "per rank"
+        title = "loss: mean, min–max band of 64 ranks, outliers 40"
+        expect(loss.locator(".nbdist-chart-title")).to_have_text(title)
         step, readings, text = _hover(page, loss, 0.6)
         assert [r["label"] for r in readings] == ["max", "min", "mean", "rank 40"], text
         by = {r["label"]: r for r in readings}

@@ -1,6 +1,7 @@
 /**
  * A view of the run's dashboard: the head (title, status, progress, ETA, samples/s), the
- * smoothing slider, loss per rank and their mean beside samples/s (the time spent recovering a
+ * smoothing slider, loss per rank and their mean (past a few ranks: the mean, the band of the ranks'
+ * values and the outliers' lines, as its title says) beside samples/s (the time spent recovering a
  * band, with no line drawn across it), every other metric in a grid below (sharing the step axis
  * and the cursor), then the profile, the workers' table, events and log tails. The data
  * attributes on the root (status, points, charts, ranks) are what the browser tests read.
@@ -9,7 +10,7 @@ import { el } from '../../dom';
 import { fmtDuration, fmtInt } from '../../format';
 import { broken, IBand } from '../../plotdata';
 import { RANK_LINES, rankLines, spreadLines } from '../../smoothing';
-import { BoardCharts } from '../charts';
+import { BoardCharts, retitle, titleOf } from '../charts';
 import { follow, syncKey } from '../view';
 import { HealthGrid } from './health';
 import { Format, MetricFormats } from './numbers';
@@ -84,7 +85,8 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
     return formats.of(name, values);
   }
 
-  // A metric's lines: each rank's (while there are few) and their mean, smoothed alike.
+  // A metric's lines: each rank's (while there are few) and their mean, smoothed alike; past a
+  // few ranks the mean, the band about it and the outliers' own lines. Its title says which.
   function linesOf(name: string) {
     const m = store.metrics.get(name);
     if (!m) {
@@ -92,6 +94,7 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
     }
     const chart = name === 'loss' ? lossChart : grid.charts.get(name);
     chart?.setFormat(formatOf(name));
+    const count = store.head().ranks || store.rows.size || m.ranks.size;
     if (m.lo && m.hi) {
       // many ranks: the band about the mean, and the outliers' own lines
       const outliers = m.outliers
@@ -99,12 +102,19 @@ export function render(root: HTMLElement, store: DashboardStore): () => void {
         .map(rank => ({ rank, ...m.ranks.get(rank)!.view() }));
       if (chart) {
         chart.node.dataset.outliers = m.outliers.join(' ');
+        retitle(chart, titleOf(name, count, 'band', m.outliers));
       }
       return spreadLines(m.mean.view(), m.lo.view(), m.hi.view(), outliers, charts.smoothing);
     }
     const ranks = [...m.ranks.entries()].sort(([a], [b]) => a - b);
     // past RANK_LINES ranks only their mean is drawn: no rank's points are gathered then
     const shown = ranks.length > RANK_LINES ? [] : ranks;
+    if (chart) {
+      const drawn = shown.length ? 'ranks' : 'mean';
+      // a small chart of a few ranks keeps its metric's name alone
+      const small = drawn === 'ranks' && chart !== lossChart;
+      retitle(chart, small ? name : titleOf(name, Math.max(count, ranks.length), drawn));
+    }
     const points = shown.map(([rank, series]) => ({ rank, ...series.view() }));
     return rankLines(points, m.mean.view(), charts.smoothing);
   }
