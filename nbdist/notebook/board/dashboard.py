@@ -317,16 +317,22 @@ class Dashboard:
         self.profile = profile
         self.update(col, events, status, final=True, now=ended)
         series = col.series
+        bands = _bands_of(self._spread(col), self._outliers, len(col.ranks))
         svg = picture.dashboard_svg(
             title=f"{self.title} · {status}",
             summary=_summary_line(self.head),
             metrics={
                 name: (
-                    [(r, c.x, c.y) for r, c in sorted(series.ranks[name].items())],
+                    [
+                        (r, c.x, c.y)
+                        for r, c in sorted(series.ranks[name].items())
+                        if name not in bands or r in bands[name].outliers
+                    ],
                     (series.mean[name].x, series.mean[name].y),
                 )
                 for name in series.names
             },
+            bands=bands,
             rate=(self.rate.x, self.rate.y),
             rows=self.rows,
             events=[(e.kind, e.rank, said(e)) for e in in_view(events, _EVENTS_PICTURED)],
@@ -337,6 +343,23 @@ class Dashboard:
         if self._handle is not None:
             self._handle.update(self._bundle(svg), raw=True)
         return svg
+
+
+def _bands_of(spread: Spread | None, outliers: dict[str, list[int]], ranks: int) -> dict:
+    """Past a few ranks, each metric's band and outlier ranks for the picture, as the live
+    board draws them (the outliers the browser was last sent)."""
+    if spread is None:
+        return {}
+    return {
+        name: picture.Band(
+            (lo.x, lo.y),
+            (spread.hi[name].x, spread.hi[name].y),
+            ranks,
+            tuple(outliers.get(name, ())),
+        )
+        for name, lo in spread.lo.items()
+        if name in spread.hi
+    }
 
 
 def _mean_of(means: Mapping[str, tuple[float, float]], col: Collector) -> dict:

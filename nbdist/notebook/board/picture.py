@@ -1,7 +1,9 @@
 """The dashboard as one SVG picture, made when a cell ends, for renderers without widgets.
 
 A saved notebook, GitHub, nbviewer, or a front end without the widget show this picture of the
-finished board: the loss (each rank and their mean), samples/s (the time spent recovering a
+finished board: the loss (each rank and their mean; past a few ranks, as the live board draws it,
+their mean, the band of their lowest to highest value and the outlier ranks' own lines, named:
+``Band``), samples/s (the time spent recovering a
 band, with no line across it), up to six more metrics, the workers and the last events. It is
 written as text here, with no plotting library: the kernel spends a few milliseconds on it, where
 drawing it with matplotlib took a third of a second of its CPU (and its import, once, a second
@@ -12,7 +14,9 @@ shows as text, never as markup.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 from xml.sax.saxutils import escape
 
 from ...telemetry.format import MISSING, fmt
@@ -41,8 +45,30 @@ _OPTIONAL = ("pp", "dp", "tp", "stage", "idle")
 _TABLE_ROWS = 16
 _ROW_H = 17
 _BAND = "#ef6c00"  # the time spent recovering, as the board's "recovering" badge
+_SPREAD = "#7f7f7f"  # the band of the ranks' values about their mean, as the live board's
+_OUTLIER_COLOURS = 3  # outliers take the palette from its fourth colour on, as the live board
 
 Curve = tuple[Sequence[float], Sequence[float]]  # (x, y)
+
+
+@dataclass(frozen=True)
+class Band:
+    """Past a few ranks, what a metric's chart draws beside the mean: the ranks' lowest (``lo``)
+    and highest (``hi``) value at each step, shaded between, of ``ranks`` ranks; its
+    ``outliers`` (the farthest first) are the only ranks whose lines it is given."""
+
+    lo: Curve
+    hi: Curve
+    ranks: int
+    outliers: tuple[int, ...] = ()
+
+    def title(self, name: str, short: bool = False) -> str:
+        """What the chart draws, as the live board's title says it (``short``: fewer words,
+        the outliers still named, for a small chart)."""
+        named = f", outliers {', '.join(map(str, self.outliers))}" if self.outliers else ""
+        if short:
+            return f"{name}: mean, min\u2013max of {self.ranks}{named}"
+        return f"{name}: mean, min\u2013max band of {self.ranks} ranks{named}"
 
 
 def dashboard_svg(
@@ -53,17 +79,21 @@ def dashboard_svg(
     rows: list[dict],
     events: list[tuple[str, int | None, str]],
     recovering: Sequence[tuple[float, float]] = (),
+    bands: Mapping[str, Band] | None = None,
 ) -> str:
     """The finished board as an SVG document. ``metrics``: ``{name: ([(rank, steps, values)],
     (steps, mean))}``; ``rate``: samples/s over seconds; ``rows``: the workers table's rows;
     ``events``: (kind, rank, message), those shown; ``recovering``: the spans spent recovering,
-    in seconds (a band each on the samples/s chart)."""
+    in seconds (a band each on the samples/s chart); ``bands``: past a few ranks, each metric's
+    band and outliers (its ranks in ``metrics`` are then the outliers' alone)."""
+    bands = bands or {}
     parts: list[str] = [
         _text(12, 22, title, size=15, bold=True),
         _text(12, 42, summary, size=12, fill="#444"),
     ]
     ranks, mean = metrics.get("loss", ([], ([], [])))
-    parts.append(_chart(12, 56, 470, 210, "loss", _lines(ranks, mean), "step", legend=True))
+    title, lines, fill = _drawn("loss", ranks, mean, bands.get("loss"))
+    parts.append(_chart(12, 56, 470, 210, title, lines, "step", legend=True, fill=fill))
     rate_line = [(*_broken(rate, [a for a, _ in recovering]), "#1565c0", 1.6, 1.0)]
     parts.append(
         _chart(500, 56, 248, 210, "samples/s", rate_line, "s", from_zero=True, bands=recovering)
@@ -72,7 +102,8 @@ def dashboard_svg(
     others = [n for n in metrics if n != "loss"][:_OTHER_METRICS]
     for i, name in enumerate(others):
         col, row = i % 3, i // 3
-        parts.append(_chart(12 + col * 248, y + row * 150, 240, 140, name, _lines(*metrics[name])))
+        title, lines, fill = _drawn(name, *metrics[name], bands.get(name), short=True)
+        parts.append(_chart(12 + col * 248, y + row * 150, 240, 140, title, lines, fill=fill))
     y += 150 * -(-len(others) // 3) + 8
     table, y = _table(rows, y)
     parts.append(table)
@@ -86,6 +117,26 @@ def dashboard_svg(
         f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif">'
         f'<rect width="{WIDTH}" height="{height}" fill="#fff"/>' + "".join(parts) + "</svg>"
     )
+
+
+def _drawn(
+    name: str, ranks: list, mean: Curve, band: Band | None, short: bool = False
+) -> tuple[str, list, Any]:
+    """A metric's chart: its title (``short``: a small chart's), its lines, and what is shaded
+    (the band's edges, or None). Past a few ranks (``band``): the band, the mean and the
+    outliers' lines, named; else each rank's line (while few) and their mean."""
+    if band is None:
+        many = len(ranks) > _MAX_RANK_LINES
+        return (f"{name}: mean of {len(ranks)} ranks" if many else name), _lines(ranks, mean), None
+    lines: list = [(*band.hi, _SPREAD, 1.0, 0.6, "min\u2013max")]
+    lines.append((*band.lo, _SPREAD, 1.0, 0.6, None))
+    if mean[0]:
+        lines.append((*mean, "#000", 2.0, 1.0, "mean"))
+    curves = {rank: (xs, ys) for rank, xs, ys in ranks}
+    for i, rank in enumerate(r for r in band.outliers if r in curves):
+        colour = _PALETTE[(_OUTLIER_COLOURS + i) % len(_PALETTE)]
+        lines.append((*curves[rank], colour, 1.25, 0.9, rank))
+    return band.title(name, short), lines, (band.lo, band.hi)
 
 
 def _lines(ranks: list[tuple[int, list, list]], mean: Curve) -> list:
@@ -109,13 +160,16 @@ def _broken(line: Curve, at: Sequence[float]) -> Curve:
 
 def _chart(x0: float, y0: float, w: float, h: float, title: str, lines: list, xlabel: str = "",
            legend: bool = False, from_zero: bool = False,
-           bands: Sequence[tuple[float, float]] = ()) -> str:  # fmt: skip
+           bands: Sequence[tuple[float, float]] = (),
+           fill: tuple[Curve, Curve] | None = None) -> str:  # fmt: skip
     """One chart: its title, a frame with ticks on both axes, and its lines (gaps where a
     value is not finite); ``from_zero``: the y axis starts at 0 (a rate); ``bands``: spans of
-    x spent recovering, shaded and labelled."""
+    x spent recovering, shaded and labelled; ``fill``: the (lower, upper) edges of the ranks'
+    band, shaded between (its ranks' lines, the outliers', named at their ends when there is
+    no ``legend``)."""
     left, top, bottom = x0 + 46, y0 + 20, y0 + h - 22
     right = x0 + w - 6
-    out = [_text(x0 + 2, y0 + 13, title, size=12, bold=True)]
+    out = [_title(x0 + 2, y0 + 13, w - 4, title)]
     finite = [
         (x, y) for xs, ys, *_ in lines for x, y in zip(xs, ys, strict=False) if _ok(x) and _ok(y)
     ]
@@ -147,6 +201,8 @@ def _chart(x0: float, y0: float, w: float, h: float, title: str, lines: list, xl
         out.append(_text(px(t), bottom + 13, fmt(t), size=10, fill="#555", anchor="middle"))
     if xlabel:
         out.append(_text(right, bottom + 13, xlabel, size=10, fill="#888", anchor="end"))
+    if fill is not None:
+        out.append(_shade(fill, px, py))
     named = []
     for xs, ys, colour, width, opacity, *label in lines:
         for seg in _segments(xs, ys):
@@ -161,6 +217,11 @@ def _chart(x0: float, y0: float, w: float, h: float, title: str, lines: list, xl
             )
         if label and label[0] is not None:
             named.append((label[0], colour))
+        segs = _segments(xs, ys) if fill and not legend and label and _ok(label[0]) else []
+        if segs:  # an outlier among many ranks, on a chart without a legend: named at its end
+            x, y = segs[-1][-1]
+            out.append(_text(px(x) - 3, py(y) - 4, f"rank {label[0]}", 10, fill=colour,
+                             anchor="end"))  # fmt: skip
     if legend and named:
         for i, (label, colour) in enumerate(named):
             ly = top + 12 + 13 * i
@@ -169,6 +230,30 @@ def _chart(x0: float, y0: float, w: float, h: float, title: str, lines: list, xl
             name = label if isinstance(label, str) else f"rank {label}"
             out.append(_text(right - 46, ly, name, size=10, fill="#333"))
     return "".join(out)
+
+
+def _title(x: float, y: float, w: float, title: str) -> str:
+    """A chart's title in ``w`` pixels: its metric's name in bold, what is drawn of it (after
+    ": ") beside in grey, cut short with an ellipsis where it would not fit."""
+    name, _, said = title.partition(": ")
+    out = _text(x, y, name, size=12, bold=True)
+    if said:
+        room = int((w - 7.5 * (len(name) + 2)) / 5.6)  # about 5.6 px a character at 10 px
+        said = said if len(said) <= room else said[: max(0, room - 1)] + "\u2026"
+        out += _text(x + 7.5 * (len(name) + 1), y, said, size=10, fill="#555")
+    return out
+
+
+def _shade(edges: tuple[Curve, Curve], px, py) -> str:
+    """The band between its lower and upper edges, shaded (a polygon: along the upper edge,
+    back along the lower; a step where either is not finite left out)."""
+    lo, hi = edges
+    upper = [p for seg in _segments(*hi) for p in seg]
+    lower = [p for seg in _segments(*lo) for p in seg][::-1]
+    if len(upper) < 2 or len(lower) < 2:
+        return ""
+    pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in upper + lower)
+    return f'<polygon points="{pts}" fill="{_SPREAD}" fill-opacity="0.22" stroke="none"/>'
 
 
 def _table(rows: list[dict], y: float) -> tuple[str, float]:
