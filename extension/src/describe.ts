@@ -35,6 +35,15 @@ export function runLength(r: IRun): string {
   return fmtDuration((r.ended ?? r.updated) - r.started);
 }
 
+/** How long the run took, short enough for a table's column: "12.3s", "1m05s", "2h05m". */
+export function runLengthShort(r: IRun): string {
+  const long = runLength(r);
+  return long
+    .replace(/ min (\d+) s$/, 'm$1s')
+    .replace(/ h (\d+) min$/, 'h$1m')
+    .replace(/ s$/, 's');
+}
+
 /** The run's loss: its value, or "nan"/"inf" when it was not finite. */
 export function lossText(r: IRun): string {
   return r.nonfinite ? r.nonfinite : fmt(r.loss);

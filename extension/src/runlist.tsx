@@ -11,7 +11,7 @@ import { Button } from '@jupyterlab/ui-components';
 import React from 'react';
 
 import { IRun, IRunsPage, IRunsQuery, RunStatus } from './api';
-import { lossText, runLength, stepText } from './describe';
+import { lossText, runLengthShort, stepText } from './describe';
 import { fmt, fmtInt, MISSING } from './format';
 
 /** Runs on a page of the sidebar's table. */
@@ -310,7 +310,7 @@ function cell(r: IRun, c: string): string {
     case 'step':
       return stepText(r.step, null);
     case 'duration':
-      return runLength(r);
+      return runLengthShort(r);
     case 'started':
       return new Date(r.started * 1000).toLocaleTimeString([], {
         hour: '2-digit',
