@@ -10,8 +10,11 @@ drives it; timings are taken inside the kernel's cells:
 
 - **start**: ``nbdist.start(n)`` returns with its process group formed and checked (after
   ``%load_ext nbdist``'s spare fork server has done its imports, as after a person's pause);
-  ipyparallel's ``Cluster(n).start_cluster_sync()``, ``connect_client_sync()`` and
-  ``wait_for_engines(n)``;
+  ipyparallel's ``Cluster(n).start_cluster_sync()``, ``connect_client_sync()``, then its
+  client's ``ids`` polled until all ``n`` are in (its ``wait_for_engines`` missed engines that
+  registered between its first look and its callback: at 64 it waited for ever, every engine
+  registered), its controller given 900 s to register an engine (its default, 30 s, purged
+  engines still starting on two busy cores at 64, and they never came);
 - **round trip**: an empty cell on every engine, ``Cluster.run("pass")`` against
   ``DirectView.execute("pass", block=True)``, the median of ``trips``; and the whole
   ``%%distributed`` cell (its live board, its run record) against the same baseline;
@@ -75,10 +78,13 @@ time.perf_counter() - _t0
 _IPP_START = """
 import time, ipyparallel as ipp
 _t0 = time.perf_counter()
-_ipc = ipp.Cluster(n={n}, log_level=40)
+_ipc = ipp.Cluster(n={n}, log_level=40, controller_args=["--IPController.registration_timeout=900"])
 _ipc.start_cluster_sync()
 _rc = _ipc.connect_client_sync()
-_rc.wait_for_engines({n}, timeout=900)
+_deadline = time.monotonic() + 900
+while len(_rc.ids) < {n} and time.monotonic() < _deadline:  # not wait_for_engines: see above
+    time.sleep(0.02)
+assert len(_rc.ids) >= {n}, f"{{len(_rc.ids)}} of {n} engines registered"
 _v = _rc[:]
 time.perf_counter() - _t0
 """

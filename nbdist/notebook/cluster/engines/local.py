@@ -66,6 +66,9 @@ class LocalEngines(OnThisMachine):
             controller_args=[
                 f"--HeartMonitor.period={cfg.heartbeat}",
                 f"--HeartMonitor.max_heartmonitor_misses={cfg.heartbeat_misses}",
+                # an engine has the whole start to answer its first ping (ipyparallel's 30 s
+                # purged engines still starting, many to a busy core, and they never came)
+                f"--IPController.registration_timeout={max(30, int(cfg.start_timeout))}",
             ],
             shutdown_atexit=True,
             log_level=40,

@@ -120,6 +120,9 @@ class RemoteEngines:
             controller_args=[
                 f"--HeartMonitor.period={self.cfg.heartbeat}",
                 f"--HeartMonitor.max_heartmonitor_misses={self.cfg.heartbeat_misses}",
+                # an engine has the whole start to answer its first ping (ipyparallel's 30 s
+                # purged engines still starting, many to a busy core, and they never came)
+                f"--IPController.registration_timeout={max(30, int(self.cfg.start_timeout))}",
             ],
             shutdown_atexit=False,  # the session stops us at exit: one stop, in order
             log_level=40,
