@@ -33,6 +33,7 @@ BENCHMARKS = (
     "bench_start",
     "bench_cluster",
     "bench_scale",
+    "bench_board_frame",
     "bench_cell",
     "bench_train",
     "bench_scatter",
