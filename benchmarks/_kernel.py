@@ -86,6 +86,8 @@ class Kernel:
             try:
                 msg = self.kc.get_iopub_msg(timeout=0.5)
             except queue.Empty:
+                if not self.km.is_alive():  # killed (the OOM killer): no reply will come
+                    raise RuntimeError(f"the kernel died running: {code[:80]}") from None
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"cell did not finish in {timeout} s: {code[:80]}") from None
                 continue

@@ -4,9 +4,9 @@ run (issue 45). Run as ``python -m benchmarks --only scale``.
 
 Light engines: nbdist's are forked from one fork server (torch imported once, its pages
 shared), ``oversubscribe=True`` on however few cores; ipyparallel's are its own ``ipengine``
-processes, each started afresh, with no torch and no process group (256 with torch would not fit
-in memory). Each side and size runs in a real IPython kernel of its own, driven as a front end
-drives it; timings are taken inside the kernel's cells:
+processes, each started afresh (without its nanny process), with no torch and no process group
+(256 with torch would not fit in memory). Each side and size runs in a real IPython kernel of
+its own, driven as a front end drives it; timings are taken inside the kernel's cells:
 
 - **start**: ``nbdist.start(n)`` returns with its process group formed and checked (after
   ``%load_ext nbdist``'s spare fork server has done its imports, as after a person's pause);
@@ -44,6 +44,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import psutil
 
@@ -123,6 +124,16 @@ def _pss(procs: list[psutil.Process]) -> float:
     return total
 
 
+def _ipython_dir(tmp: Path) -> dict[str, str]:
+    """Kernels' environment: an IPython folder of their own, whose ipyparallel engines start
+    without their nanny process (nbdist's have none either; with one each, 256 engines and
+    their nannies did not fit in 24 GiB)."""
+    profile = tmp / "ipython" / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipengine_config.py").write_text("c.IPEngine.enable_nanny = False\n")
+    return {"IPYTHONDIR": str(tmp / "ipython")}
+
+
 def _settle(procs: list[psutil.Process], most: float = 0.05, within: float = 60.0) -> None:
     """Wait until ``procs`` together use less than ``most`` of a core over a second (the last
     cell's replies, and one-off work: nbdist's fork server imports what a fresh engine's first
@@ -199,18 +210,18 @@ def _kernel_share(k: Kernel, code: str) -> tuple[float, int, float]:
     return (used() - before) / wall, sent, wall
 
 
-def _reporting(s: Sizes) -> list[Result]:
+def _reporting(s: Sizes, env: dict[str, str]) -> list[Result]:
     """The kernel under ``report_ranks`` ranks reporting 3 metrics at 20/s, and its baseline."""
     n = s.report_ranks
     loop = _LOOP.format(seconds=s.report_s, report=_REPORT)
     bare = _LOOP.format(seconds=s.report_s, report="")
-    with Kernel() as k:
+    with Kernel(env) as k:
         k.value(_IPP_START.format(n=n), 1200)
         k.run(f"_v.execute({bare!r}, block=True)", 600)
         base, _, _ = _kernel_share(k, f"_v.execute({bare!r}, block=True)")
         base_rss = psutil.Process(k.pid).memory_info().rss
         k.run(_IPP_STOP, 600)
-    with Kernel() as k:
+    with Kernel(env) as k:
         k.run("%load_ext nbdist")
         k.value(_NBDIST_START.format(n=n), 1200)
         k.run("%%distributed\n" + _LOOP.format(seconds=1, report=_REPORT), 600)  # imports
@@ -249,14 +260,15 @@ def _figures(n: int, nb: dict, ipp: dict) -> list[Result]:
 def run(tiny: bool = False, **sizes) -> list[Result]:
     s = replace(TINY if tiny else FULL, **sizes)
     results: list[Result] = []
-    with private_data_dir("nbdist-bench-scale-"):
+    with private_data_dir("nbdist-bench-scale-") as tmp:
+        env = _ipython_dir(Path(tmp))
         for n in s.engines:
             got = {}
             for side in ("nbdist", "ipyparallel"):
-                with Kernel() as k:
+                with Kernel(env) as k:
                     got[side] = _cluster_side(k, side, n, s)
             results += _figures(n, got["nbdist"], got["ipyparallel"])
-        results += _reporting(s)
+        results += _reporting(s, env)
     if FRAME_TIME is not None:
         results.append(Result("the board's frame in Chromium, 256 ranks", FRAME_TIME(),
                               1000 / 60, "ms", "<= 1.0"))  # fmt: skip
