@@ -7,10 +7,14 @@ cluster's cells and the board is held against the run store.
   value beside it, in the same number format); the head's loss is the mean at the step it names.
 - A message the board cannot read is one line on it, mended when the kernel answers its request
   for the whole board (asked as it read the bad message, answered when that cell ends).
+- A board whose drawing throws (the kernel sends a head its view cannot draw, to the end): one
+  line at its top, and under it the finished board's picture once the cell ends.
 - 64 light ranks (--oversubscribe): each chart is the mean, the band of the ranks' values and the
-  outlier rank 40's own line, named, and its title says so; health a grid of 64 cells, the table behind a toggle.
+  outlier rank 40's own line, named, and its title says so; health a grid of 64 cells, the table
+  behind a toggle.
 
-Screenshots, light and dark: test-artifacts/screenshots/board-numbers-*.png, board-64-*.png.
+Screenshots, light and dark: test-artifacts/screenshots/board-numbers-*.png, board-64-*.png,
+board-throws-*.png.
 """
 
 from __future__ import annotations
@@ -38,6 +42,19 @@ _d.seq += 1
 _d.widget.send({"kind": "delta", "seq": _d.seq, "metrics": {"loss": {"mean": 5}}})
 time.sleep(4)
 """
+# A board whose drawing throws: the kernel sends a head the view cannot draw (its status a
+# number), every time, to the end; the cell after puts the dashboard back as it was.
+THROWS = """from nbdist.notebook.board import dashboard as _dash
+_head = _dash.Dashboard._head
+_dash.Dashboard._head = lambda self, *a: {**_head(self, *a), "status": 5}
+"""
+THROWING = """%%distributed --name throws
+import time
+for s in range(20):
+    nbdist.report(step=s, loss=1 / (s + 1))
+    time.sleep(0.02)
+"""
+MENDED = "_dash.Dashboard._head = _head"
 MANY = """%%distributed --name many
 import time
 for s in range(40):
@@ -49,6 +66,9 @@ CELLS = [
     "%load_ext nbdist\n%nbdist start -n 2",
     SMALL,
     BAD_MESSAGE,
+    THROWS,
+    THROWING,
+    MENDED,
     "%nbdist stop\n%nbdist start -n 64 --oversubscribe",
     MANY,
     "%nbdist stop",
@@ -138,7 +158,22 @@ def test_the_board_agrees_with_the_store_at_2_and_64_ranks(lab):
         )
         expect(small).to_have_attribute("data-status", "ok")
 
-        many = page.locator(".nbd-dashboard").nth(1)
+        # a board whose drawing throws: one line, and the finished board's picture under it
+        throws = page.locator(".nbd-dashboard").nth(1)
+        throws.wait_for(timeout=120_000)
+        page.wait_for_function(
+            "() => /^this board could not draw: .*split.* \\(the finished board below\\)$/"
+            ".test(document.querySelectorAll('.nbd-dashboard')[1].dataset.problem || '')",
+            timeout=120_000,
+        )
+        line = throws.locator(".nbdist-board-problem")
+        assert line.is_visible() and "\n" not in line.inner_text()
+        picture = throws.locator("img.nbdist-board-picture")
+        expect(picture).to_be_visible()
+        assert picture.evaluate("img => img.complete && img.naturalWidth") == 760
+        assert picture.get_attribute("src").startswith("data:image/svg+xml")
+
+        many = page.locator(".nbd-dashboard").nth(2)
         many.wait_for(timeout=300_000)
         expect(many).to_have_attribute("data-status", "ok", timeout=300_000)
         page.get_by_text("nbdist: cluster stopped").nth(1).wait_for(timeout=120_000)
@@ -178,6 +213,8 @@ def test_the_board_agrees_with_the_store_at_2_and_64_ranks(lab):
             numbers = re.findall(r"(?:rank \d|mean) (\S+)", shown)
             assert numbers and all("e-" in n for n in numbers), shown
         small.screenshot(path=str(SHOTS / "board-numbers-smoothed-light.png"))
+        throws.scroll_into_view_if_needed()
+        throws.screenshot(path=str(SHOTS / "board-throws-light.png"))
 
         # -- 64 ranks: the band, the outlier, the health grid ------------------------------
         many.scroll_into_view_if_needed()
@@ -210,6 +247,8 @@ def test_the_board_agrees_with_the_store_at_2_and_64_ranks(lab):
         many.scroll_into_view_if_needed()
         _hover(page, loss, 0.6)
         many.screenshot(path=str(SHOTS / "board-64-dark.png"))
+        throws.scroll_into_view_if_needed()
+        throws.screenshot(path=str(SHOTS / "board-throws-dark.png"))
         small.scroll_into_view_if_needed()
         acc = small.locator(".nbdist-chart[data-metric='acc']")
         _hover(page, acc, 0.5)
