@@ -241,3 +241,26 @@ def test_the_watch_is_the_runs_observer_and_shows_its_phases(tmp_path):
 
 
 # -- a real cluster ------------------------------------------------------------------------------
+
+
+def test_a_batch_is_folded_at_once_its_pace_and_progress_once_per_batch():
+    """Ten records a batch (20 reports a second, a batch every half second): every record's
+    numbers reach the curves, the rest is folded once per batch."""
+    col = Collector([0], CFG, clock=lambda: 1000.0)
+    for b in range(3):
+        recs = [
+            MetricRecord(990.0 + 0.05 * i, i, 1.0, 4, None, {"acc": 0.5})
+            for i in range(10 * b, 10 * b + 10)
+        ]
+        if b == 1:
+            recs[3] = recs[3]._replace(loss=float("inf"))
+        col.ingest(0, Batch(0, b + 1, recs[-1].time, recs))
+    st = col.ranks[0]
+    assert (col.records, st.reports, st.step, col.first_step) == (30, 30, 29, 0)
+    assert st.step_time == pytest.approx(0.05)
+    assert [s for _, s in st.progress] == [9, 19, 29]  # one point a batch
+    assert st.nonfinite == "inf" and st.loss == 1.0
+    events = [(e.kind, e.message) for e in col.take_news().events]
+    assert events == [("nan", "loss is inf at step 13")]
+    assert col.series.ranks["acc"][0].x == list(range(30))
+    assert col.samples_per_s() == pytest.approx(120 / 1.45)
