@@ -13,7 +13,10 @@ million metric rows must cost what a run of a thousand does, on every poll of a 
   and says ``complete: false`` until it has caught up (the sidebar asks again at once);
 - what is sent is decimated (``curves.minmax``) to at most ``points`` per line, and the per-rank
   lines of a wide run (a metric's, or the health measures') share a budget of ``MAX_SENT``
-  points in all.
+  points in all;
+- past ``MANY_RANKS`` ranks a metric's per-rank lines are its band (the ranks' lowest and highest
+  at each settled step) and its outlier ranks' lines alone, named (``telemetry.spread``, the
+  rule the kernel's board draws by): what is sent does not grow with the ranks.
 
 Called on the server's reader threads: each run's entry has a lock of its own, so two requests
 for one run fold its rows once.
@@ -31,6 +34,7 @@ from typing import Any
 
 from ..telemetry.curves import Curve, minmax
 from ..telemetry.series import RunSeries, metric_values
+from ..telemetry.spread import MANY_RANKS, Spread
 from ..telemetry.store import RunStore
 
 #: The most points per line a request may ask for (the folded curves keep this many).
@@ -167,16 +171,18 @@ class SeriesCache:
         """Every metric's mean (and each rank's line when ``ranks``) of ``run``, decimated to
         ``points``; only the metrics in ``names`` when given (the names are always all)."""
         ended = run["status"] != "running"
-        entry = self._entry("metrics", store, run, RunSeries)
+        entry = self._entry("metrics", store, run, lambda: (RunSeries(), Spread(MAX_POINTS)))
         with entry.lock:
-            series: RunSeries = entry.folded
+            series: RunSeries
+            spread: Spread
+            series, spread = entry.folded
 
             def fold(rows: list[tuple]) -> None:
                 first = entry.first_step
                 for _, rank, step, loss, extra in rows:
-                    series.add(
-                        rank, step, metric_values(loss, json.loads(extra) if extra else None)
-                    )
+                    values = metric_values(loss, json.loads(extra) if extra else None)
+                    series.add(rank, step, values)
+                    spread.add_values(rank, step, values)
                     if step is not None and (first is None or step < first):
                         first = step
                 entry.first_step = first
@@ -185,21 +191,30 @@ class SeriesCache:
                 return store.metric_points(run["id"], since, limit)
 
             complete = self._catch_up(entry, read, fold, ended)
-            series.settle(final=entry.final)
+            settled: list[tuple[str, float, float]] = []
+            series.settle(final=entry.final, into=settled)
+            for name, step, _ in settled:
+                spread.settle(name, step)
             chosen = [n for n in series.names if names is None or n in names]
-            wide = sum(len(series.ranks[n]) for n in chosen) if ranks else 0
+            many = ranks and max(run.get("world_size") or 0, len(series.latest)) > MANY_RANKS
+            shown = {n: _shown(series, spread, n, many) for n in chosen} if ranks else {}
+            wide = sum(len(r) for r in shown.values())
             per_rank = min(points, MAX_SENT // wide) if wide else 0
             metrics = []
             for name in chosen:
-                lines = []
-                if ranks:
-                    lines = [
-                        {"rank": r, **_line(c.x, c.y, per_rank)}
-                        for r, c in sorted(series.ranks[name].items())
-                    ]
-                metrics.append(
-                    {"name": name, "mean": _line(*series.mean_view(name), points), "ranks": lines}
-                )
+                curves = series.ranks[name]
+                lines = [
+                    {"rank": r, **_line(curves[r].x, curves[r].y, per_rank)}
+                    for r in shown.get(name, ())
+                ]
+                metric = {
+                    "name": name,
+                    "mean": _line(*series.mean_view(name), points),
+                    "ranks": lines,
+                }
+                if many:
+                    metric.update(_band(spread, name, len(curves), points), outliers=shown[name])
+                metrics.append(metric)
             return {
                 "run_id": run["id"],
                 "names": list(series.names),
@@ -235,6 +250,23 @@ class SeriesCache:
                 "rows": entry.rows,
                 "complete": complete,
             }
+
+
+def _shown(series: RunSeries, spread: Spread, name: str, many: bool) -> list[int]:
+    """The ranks whose own line is sent: every rank's of a few ranks; past ``MANY_RANKS``, the
+    outliers' only, the farthest first."""
+    return spread.outliers(name) if many else sorted(series.ranks[name])
+
+
+def _band(spread: Spread, name: str, ranks: int, points: int) -> dict[str, Any]:
+    """``name``'s band over its ``ranks`` (none until a step of it has settled), decimated to
+    ``points`` a side."""
+    lo, hi = spread.lo.get(name), spread.hi.get(name)
+    if lo is None or hi is None:
+        return {"band": None}
+    return {
+        "band": {"lo": _line(lo.x, lo.y, points), "hi": _line(hi.x, hi.y, points), "ranks": ranks}
+    }
 
 
 def _done(series: RunSeries, first_step: float | None) -> int | None:

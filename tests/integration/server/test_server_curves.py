@@ -100,6 +100,48 @@ async def test_a_wide_run_shares_one_budget_of_points(jp_fetch, data_dir, monkey
     assert all(len(m["ranks"]) == 8 for m in data["metrics"])
 
 
+async def test_past_8_ranks_a_metric_is_its_mean_band_and_outliers_alone(jp_fetch, data_dir):
+    """64 ranks, rank 40's loss ten times the others': each metric's mean, the band of its 64
+    ranks (their lowest to highest at each step) and the outlier ranks' lines alone, named; what
+    is sent is bounded by the metrics, never by the ranks. A few ranks keep a line each."""
+    s = RunStore()
+    rid = s.start_run(name="wide", world_size=64)
+    rows = _rows(range(300), ranks=range(64))
+    for row in rows:
+        if row["rank"] == 40:
+            row["loss"] *= 10
+    s.add_metrics(rid, rows)
+    s.end_run(rid, "ok")
+    data = await get(jp_fetch, "runs", str(rid), "curves", points="100", ranks="1")
+    loss, acc, val = data["metrics"]
+    assert loss["outliers"] == [40] and [r["rank"] for r in loss["ranks"]] == [40]
+    assert loss["ranks"][0]["y"][0] == pytest.approx(23.0)  # rank 40's own line
+    assert acc["outliers"] == [] and acc["ranks"] == []  # spread evenly: no outlier
+    for m in (loss, acc, val):
+        band = m["band"]
+        assert band["ranks"] == 64
+        for side in ("lo", "hi"):
+            assert 2 <= len(band[side]["x"]) <= 100 and len(band[side]["x"]) == len(band[side]["y"])
+    assert (loss["band"]["lo"]["y"][0], loss["band"]["hi"]["y"][0]) == pytest.approx((2.3, 23.0))
+    assert (acc["band"]["lo"]["y"][0], acc["band"]["hi"]["y"][0]) == pytest.approx((0.0, 6.3))
+    assert loss["band"]["hi"]["x"][-1] == 299  # the whole run
+    sent = sum(
+        len(line["x"])
+        for m in data["metrics"]
+        for line in (m["mean"], m["band"]["lo"], m["band"]["hi"], *m["ranks"])
+    )
+    assert sent <= 3 * (3 + 3) * 100  # mean, band, at most 3 outliers: 64 ranks or 256
+    # without ranks=1, the mean alone, as before; and a few ranks keep every rank's line
+    plain = await get(jp_fetch, "runs", str(rid), "curves", points="100")
+    assert all(m["ranks"] == [] and "band" not in m for m in plain["metrics"])
+    few = s.start_run(world_size=8)
+    s.add_metrics(few, _rows(range(20), ranks=range(8)))
+    s.end_run(few, "ok")
+    data = await get(jp_fetch, "runs", str(few), "curves", points="100", ranks="1")
+    assert all(len(m["ranks"]) == 8 and "band" not in m for m in data["metrics"])
+    s.close()
+
+
 async def test_a_live_run_is_read_once_in_pages_then_only_its_new_rows(
     jp_fetch, jp_serverapp, data_dir, monkeypatch
 ):
