@@ -167,11 +167,25 @@ export interface IRankLine extends ILineData {
   rank: number;
 }
 
-/** One metric of a run: the mean over ranks, and each rank's line when asked (`ranks=1`). */
+/** A metric's band over many ranks: their lowest (`lo`) and highest (`hi`) value at each step. */
+export interface IBandData {
+  lo: ILineData;
+  hi: ILineData;
+  /** How many ranks it spans. */
+  ranks: number;
+}
+
+/**
+ * One metric of a run: the mean over ranks, and each rank's line when asked (`ranks=1`). Past 8
+ * ranks (`telemetry.spread`, the board's rule) `ranks` holds the outlier ranks' lines alone, and
+ * `band` (null until a step has settled) and `outliers` (the farthest first) come with them.
+ */
 export interface IMetricCurves {
   name: string;
   mean: ILineData;
   ranks: IRankLine[];
+  band?: IBandData | null;
+  outliers?: number[];
 }
 
 /**

@@ -1,12 +1,13 @@
 /**
  * A `MetricChart` (chart.ts, uPlot) in a React view: made when the box mounts, given new lines
- * when they change, destroyed when it unmounts. Key it by what it charts: its options (title,
- * axis) are read once. Its y axis is logarithmic while its lines span decades (a loss falling
+ * when they change, destroyed when it unmounts. Key it by what it charts: its options (axis,
+ * height) are read once, its title follows (it says what is drawn: the outliers change). Its y axis is logarithmic while its lines span decades (a loss falling
  * from 2.3 to 1e-6, as a live run's comes to), until the chart's `log` toggle is pressed: from
  * then on the person decides.
  */
 import React from 'react';
 
+import { retitle } from './boards/charts';
 import { IChartOptions, ILine, MetricChart } from './chart';
 import { spansDecades } from './describe';
 import { SMOOTHING } from './smoothing';
@@ -50,6 +51,11 @@ export function ChartBox(props: {
       }
     }
   }, [props.lines]);
+  React.useEffect(() => {
+    if (chart.current) {
+      retitle(chart.current, props.options.title);
+    }
+  }, [props.options.title]);
   return <div ref={box} className="jp-nbdist-chartBox" data-metric={props.name} />;
 }
 

@@ -5,7 +5,8 @@
  * health over time, its events and its failures.
  *
  * Everything is read from the server's endpoints (the run store), so a run of an earlier kernel
- * opens as well as the live one. A live run's view polls once a second while it is open and
+ * opens as well as the live one. Past 8 ranks a metric's chart is its mean, the band of its ranks'
+ * values (shaded) and its outlier ranks' own lines, named, its title saying so, as the board's. A live run's view polls once a second while it is open and
  * stops when the run has ended and been read to its end, or when the view is closed.
  */
 import { ReactWidget } from '@jupyterlab/ui-components';
@@ -18,6 +19,7 @@ import {
   ICurves,
   IEvent,
   IHealthHistory,
+  IMetricCurves,
   IRun,
   IRunDetail,
   IWorker,
@@ -26,12 +28,15 @@ import {
   runHealth,
   runHealthHistory
 } from './api';
+import { titleOf } from './boards/charts';
+import { ILine } from './chart';
 import { ChartBox, SmoothingSlider } from './chartbox';
 import { lossText, runLength, runTitle, stepText } from './describe';
 import { fmtInt } from './format';
 import { metricLines } from './lines';
 import { errorText } from './request';
 import { EventsTable, Failures, HealthSection } from './runparts';
+import { RANK_LINES, spreadLines } from './smoothing';
 
 const LIVE_MS = 1000;
 const CATCH_UP_MS = 200; // a long run's first read, in bounded pieces
@@ -240,7 +245,7 @@ function Metrics(props: {
 }): JSX.Element {
   const { curves, smoothing } = props;
   const charts = React.useMemo(
-    () => (curves?.metrics ?? []).map(m => ({ m, lines: metricLines(m, smoothing) })),
+    () => (curves?.metrics ?? []).map(m => ({ m, ...drawn(m, smoothing) })),
     [curves, smoothing]
   );
   let empty = '';
@@ -266,13 +271,13 @@ function Metrics(props: {
         <p className="jp-nbdist-empty">{empty}</p>
       ) : (
         <div className="jp-nbdist-chartGrid" data-charts={charts.length}>
-          {charts.map(({ m, lines }) => (
+          {charts.map(({ m, lines, title }) => (
             <ChartBox
               key={m.name}
               name={m.name}
               lines={lines}
               options={{
-                title: m.name,
+                title,
                 xLabel: 'step',
                 height: 170,
                 sync: `nbdist-run-${props.runId}`
@@ -283,4 +288,20 @@ function Metrics(props: {
       )}
     </section>
   );
+}
+
+/** A metric's lines and the title that says what they are: past 8 ranks (the server sends a
+ * band) its mean, band and outliers; else each rank's line and their mean. */
+function drawn(m: IMetricCurves, smoothing: number): { lines: ILine[]; title: string } {
+  if (m.outliers === undefined) {
+    const ranks = m.ranks.length;
+    const title = titleOf(m.name, ranks, ranks > RANK_LINES ? 'mean' : 'ranks');
+    return { lines: metricLines(m, smoothing), title };
+  }
+  const none = { x: [], y: [] };
+  const band = m.band ?? { lo: none, hi: none, ranks: 0 };
+  return {
+    lines: spreadLines(m.mean, band.lo, band.hi, m.ranks, smoothing),
+    title: titleOf(m.name, band.ranks, 'band', m.outliers)
+  };
 }

@@ -6,8 +6,10 @@ listed only with "all cells"), and last a run of 64 ranks. The table pages throu
 (``1–20 of 46``, next, prev), finds runs by a part of the name in any case, filters by status,
 sorts by any summary metric from the column's header, and shows the columns chosen; runs ticked
 on two pages are compared. The card of the 64-rank run is a compact grid, a cell per rank
-coloured by its state, with the table of every rank a click away. ipyparallel's own cluster
-panel is not in the lab. Screenshots, light and dark: test-artifacts/screenshots/sidebar-runs-*.
+coloured by its state, with the table of every rank a click away; its run view charts each
+metric as the mean, the band of the 64 ranks' values (shaded) and the outlier rank's own line,
+named. ipyparallel's own cluster panel is not in the lab. Screenshots, light and dark:
+test-artifacts/screenshots/sidebar-runs-*.
 
 Needs /usr/bin/chromium (``scripts/install-system-deps.sh`` installs it).
 """
@@ -33,6 +35,8 @@ RUNS = 45
 RANKS = 64
 #: Each rank's final state in the wide run: most done, some failed, one dead, some stopped.
 WIDE_STATES = {5: "failed", 17: "dead", 40: "failed", 41: "stopped", 42: "stopped"}
+#: The wide run's outlier: its loss climbs away from the others'.
+OUTLIER = 40
 
 
 def _name(i: int) -> str:
@@ -41,6 +45,20 @@ def _name(i: int) -> str:
     if i == 30:
         return "fail-demo"
     return f"{'cnn' if i % 3 == 0 else 'mlp'}-{i:02d}" if i % 4 else ""
+
+
+def _wide_rows(t0: float) -> list[dict]:
+    """The wide run's loss and acc over 60 steps: the ranks spread about their mean, rank 40's
+    loss (it failed) climbing away from the others' from step 20 on."""
+    rows = []
+    for k in range(60):
+        for r in range(RANKS):
+            loss = (1.0 + 0.002 * r) * (1 - k / 80)
+            if r == OUTLIER and k >= 20:
+                loss *= 1 + (k - 20) / 10
+            rows.append({"time": t0 + k / 10, "rank": r, "step": k, "loss": loss,
+                         "extra": {"acc": 0.3 + 0.01 * k + 0.001 * r}})  # fmt: skip
+    return rows
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +87,7 @@ def made(data) -> dict[str, int]:
         s.end_run(s.start_run(started=now + 60 * RUNS), "ok")
     wide = s.start_run(name="wide-64", world_size=RANKS, started=time.time() - 30)
     s.put_summary(wide, {"loss": (0.2, 0.2, 1.0)})
+    s.add_metrics(wide, _wide_rows(time.time() - 30))
     s.put_health(
         wide,
         [
@@ -110,6 +129,15 @@ def _names(page) -> list[str]:
 
 def _wait_count(page, text: str) -> None:
     wait_until(lambda: _count(page) == text, 15, interval=0.1, what=f"the table to say {text}")
+
+
+def _close(page, widget_id: str) -> None:
+    """Close the main area's widget ``widget_id`` (a compare or run view)."""
+    page.evaluate(
+        "id => { for (const w of window.jupyterapp.shell.widgets('main')) if (w.id === id) "
+        "w.close(); }",
+        widget_id,
+    )
 
 
 def test_ipyparallels_own_cluster_panel_is_not_in_the_lab(page):
@@ -281,11 +309,7 @@ def test_runs_ticked_on_two_pages_are_compared(page, made):
     assert f"#{a} cnn-lr0.05" in legend and f"#{made['fail-demo']} fail-demo" in legend
     page.mouse.move(5, 5)
     shot(page, "runs-compare", dark_too=True)
-    page.evaluate(
-        "id => { for (const w of window.jupyterapp.shell.widgets('main')) if (w.id === id) "
-        "w.close(); }",
-        f"nbdist-compare-{ids}",
-    )
+    _close(page, f"nbdist-compare-{ids}")
     panel.get_by_role("button", name="Clear").click()
     panel.get_by_label("search runs by name").fill("")
 
@@ -311,3 +335,33 @@ def test_a_64_rank_runs_card_is_a_grid_with_its_table_a_click_away(page, made):
     card.locator(".jp-nbdist-rankCells").scroll_into_view_if_needed()
     page.mouse.move(5, 5)
     shot(page, "runs-wide-card", dark_too=True)
+
+
+def test_a_64_rank_runs_view_draws_the_band_and_names_its_outlier(page, made):
+    wide = made["wide-64"]
+    panel = sidebar(page)
+    panel.get_by_label("search runs by name").fill("wide-64")
+    _wait_count(page, "1–1 of 1")
+    panel.locator(f'.jp-nbdist-pastRun[data-run-id="{wide}"] .jp-nbdist-runOpen').click()
+    view = page.locator(f"#nbdist-run-{wide}")
+    view.wait_for()
+    loss = view.locator('.jp-nbdist-chartBox[data-metric="loss"] .nbdist-chart')
+    acc = view.locator('.jp-nbdist-chartBox[data-metric="acc"] .nbdist-chart')
+    title = f"loss: mean, min\u2013max band of {RANKS} ranks, outliers {OUTLIER}"
+    head = loss.locator(".nbdist-chart-title")
+    wait_until(lambda: head.inner_text() == title, 30, what=f"the title {title!r}")
+    assert (
+        acc.locator(".nbdist-chart-title").inner_text()
+        == f"acc: mean, min\u2013max band of {RANKS} ranks"
+    )
+    # max (shaded down to min), min, mean and rank 40's line; acc: no outlier
+    page.wait_for_function("el => el.dataset.lines === '4'", arg=loss.element_handle())
+    page.wait_for_function("el => el.dataset.lines === '3'", arg=acc.element_handle())
+    readout = loss.locator(".nbdist-chart-readout").inner_text()
+    assert f"rank {OUTLIER}" in readout and "max" in readout and "min" in readout, readout
+    assert "rank 0 " not in readout  # no line per rank
+    loss.scroll_into_view_if_needed()
+    page.mouse.move(5, 5)
+    shot(page, "runs-wide-view", dark_too=True)
+    _close(page, f"nbdist-run-{wide}")
+    panel.get_by_label("search runs by name").fill("")
