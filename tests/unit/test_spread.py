@@ -5,7 +5,6 @@ each settled step."""
 
 from __future__ import annotations
 
-from nbdist.notebook.board import spread as board_spread
 from nbdist.telemetry.spread import Spread, outliers_of
 
 
@@ -23,10 +22,6 @@ def test_outliers_enter_at_3_5_and_leave_under_2():
     # rank 40 at a z-score of about 3 (MAD 0.01 x 1.4826): not in, but kept once in
     mid = _values(r40=1.02 + 3 * 0.01 * 1.4826)
     assert outliers_of(mid) == [] and outliers_of(mid, were=[40]) == [40]
-
-
-def test_the_board_draws_with_the_same_rule():
-    assert board_spread.Spread is Spread
 
 
 def test_the_band_is_each_settled_steps_lowest_and_highest():

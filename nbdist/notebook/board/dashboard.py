@@ -35,19 +35,19 @@ from ...config import TelemetryConfig
 from ...telemetry.curves import Curve, Outbox, decimated
 from ...telemetry.events import RunEvent
 from ...telemetry.format import fmt, fmt_duration
+from ...telemetry.spread import MANY_RANKS, Spread
 from . import picture
 from .collector import Collector
 from .shown import curves_of, event_dict, in_view, number, rank_row, said
-from .spread import Spread
 
 _HISTORY_EVERY = 5.0  # seconds between refreshes of the late views' starting point
 _EVENTS_KEPT = 500  # ordinary events in a history (beside those of the run's recoveries)
 _EVENTS_PICTURED = 5
-#: Past this many ranks a board draws each metric's mean, the band of the ranks' values about it
-#: and its outlier ranks (``spread``), not a line per rank; and sends a rank's row at once only
-#: when its state changes (every row comes with the history, every few seconds): what the
-#: browser is sent grows with what it can draw, not with the ranks' records.
-MANY_RANKS = 8
+# Past MANY_RANKS (the one figure, telemetry.spread's: the sidebar's too) a board draws each
+# metric's mean, the band of the ranks' values about it and its outlier ranks, not a line per
+# rank; and sends a rank's row at once only when its state changes (every row comes with the
+# history, every few seconds): what the browser is sent grows with what it can draw, not with
+# the ranks' records.
 #: Count the bytes sent to the browser (``Dashboard.sent_bytes``): a benchmark's question, which
 #: costs a JSON encoding of every message again, so off unless asked.
 COUNT_BYTES = False

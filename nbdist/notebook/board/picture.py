@@ -20,12 +20,12 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from ...telemetry.format import MISSING, fmt
+from ...telemetry.spread import MANY_RANKS
 
 WIDTH = 760
 #: Metrics other than loss drawn (the live board has them all).
 _OTHER_METRICS = 6
 _MAX_POINTS = 400  # per line: a picture, not the data
-_MANY_RANKS = 8  # beyond: ranks drawn faint and without a legend
 _MAX_RANK_LINES = 16
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
             "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
@@ -141,7 +141,7 @@ def _drawn(
 
 def _lines(ranks: list[tuple[int, list, list]], mean: Curve) -> list:
     """(x, y, colour, width, opacity) per line: each rank (faint when many), then the mean."""
-    many = len(ranks) > _MANY_RANKS
+    many = len(ranks) > MANY_RANKS  # ranks drawn faint and without a legend
     lines = []
     if len(ranks) <= _MAX_RANK_LINES:
         for i, (rank, xs, ys) in enumerate(ranks):

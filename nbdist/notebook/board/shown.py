@@ -17,8 +17,8 @@ from typing import Any
 from ...telemetry.curves import decimated
 from ...telemetry.events import MESH_DIMENSIONS, RECOVERY_KINDS, RunEvent
 from ...telemetry.series import RunSeries
+from ...telemetry.spread import Spread
 from .health import RankState
-from .spread import Spread
 
 # points of a metric in a history (its mean's, and shared among its ranks' curves): the loss
 # chart is the large one; the others are small multiples (and the browser keeps adding points)

@@ -10,9 +10,9 @@ import time
 
 from ....config import TelemetryConfig
 from ....telemetry.events import MetricRecord, RunEvent
+from ....telemetry.spread import MANY_RANKS, Spread
 from ...board.collector import Collector
-from ...board.dashboard import MANY_RANKS, Dashboard
-from ...board.spread import Spread
+from ...board.dashboard import Dashboard
 from ..output import shows_output_of
 from .base import Observer, RunEnd, RunInfo, Tick
 
