@@ -130,8 +130,8 @@ def _pss(procs: list[psutil.Process]) -> float:
 
 def _ipython_dir(tmp: Path) -> dict[str, str]:
     """Kernels' environment: an IPython folder of their own, whose ipyparallel engines start
-    without their nanny process (nbdist's have none either; with one each, 256 engines and
-    their nannies did not fit in 24 GiB)."""
+    without their nanny process (nbdist's have none either; 256 engines and their nannies
+    beside other work on a 24 GiB machine once met the OOM killer)."""
     profile = tmp / "ipython" / "profile_default"
     profile.mkdir(parents=True)
     (profile / "ipengine_config.py").write_text("c.IPEngine.enable_nanny = False\n")
