@@ -2,6 +2,7 @@
 
 ``ranks.Ranks`` starts and mends it; ``fanout`` calls many engines with one deadline;
 ``journal`` keeps what fresh engines must be given again; ``hosts``, ``placement`` and
-``inventory`` decide where ranks run; ``attach`` connects to a cluster the sidebar holds. Knows
+``inventory`` decide where ranks run; ``attach`` connects to a cluster the sidebar holds;
+``progress`` is the line a start shows while it waits. Knows
 nothing of cells: imports only the floor (host records: ``records.registry``) and ``worker.api``.
 """
