@@ -33,8 +33,9 @@ widget's comm messages on iopub, per second: what a browser would receive; its c
 when it opens, left out). The baseline is the
 same loop without the reports, sent by ``execute`` to 64 ipyparallel engines from a kernel.
 
-The browser's time to draw a frame of the board at 256 ranks is measured on the board's side
-(``FRAME_TIME``: a hook for it).
+The browser's time to draw a frame of the board at 256 ranks is the board's own benchmark
+(``bench_board_frame``, in Chromium); ``FRAME_TIME`` takes a callable to show it here too (for
+instance ``lambda: bench_board_frame.frame_figures((256,))[256]["frame_ms_median"]``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from . import Result, private_data_dir
 from ._kernel import Kernel, cpu_seconds, cpu_total
 
 #: The browser's ms per frame of a 256-rank board, measured in Chromium by the board's own
-#: benchmark: a callable returning it (None: not measured here; see docs/measured.md).
+#: benchmark (``bench_board_frame``): a callable returning it (None: that benchmark's own row).
 FRAME_TIME: Callable[[], float] | None = None
 
 
