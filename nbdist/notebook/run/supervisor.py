@@ -17,6 +17,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ipyparallel.error import RemoteError
+
 from ...config import CellOptions
 from ...errors import RankFailure
 from ...protocol import CellOutcome, CellRequest, Program, RankInfo, TrialInfo
@@ -41,6 +43,14 @@ _LONE_LOOK_MAX = 30.0  # ...and, while they compute, the longest it waits to loo
 def _lost(kind: str, summary: str) -> CellOutcome:
     """The outcome of a rank whose engine died, hung or had to be killed (no reply from it)."""
     return CellOutcome(kind=kind, at=time.time(), summary=summary)
+
+
+def _late_interrupt(exc: Exception) -> bool:
+    """Did the rank's call raise an interrupt outside the cell's own handling (a peer's stop
+    reached it first and its own SIGINT came as it left the cell)? Its engine answered, so it
+    lives on: counted lost, such ranks were killed and given fresh engines after a --timeout
+    stop (ranks 2-15 of 16, under load). An engine that died answers ``EngineError``."""
+    return isinstance(exc, RemoteError) and exc.ename == "KeyboardInterrupt"
 
 
 @dataclass
@@ -185,7 +195,11 @@ class CellRun:
         """Record the outcome of a rank whose result has arrived."""
         try:
             rk.outcome = rk.ar.get(0)
-        except Exception as exc:  # the engine went away under the call
+        except Exception as exc:
+            if _late_interrupt(exc):
+                rk.outcome = CellOutcome("interrupted", time.time(), summary="nbdist: interrupted")
+                return
+            # the engine went away under the call
             rk.outcome = _lost("died", f"engine lost: {type(exc).__name__}: {exc}")
             # given up by the controller, a frozen process still holds its peers' links: killed,
             # they fail at once (not after grace and stop_wait)
