@@ -74,7 +74,7 @@ def test_sixteen_ranks_train_are_stopped_and_train_on():
         before = cluster.run(STATE)
         # every rank keeps its engine: a rank whose own interrupt came as it left the cell (a
         # peer's stop reached it first) answered KeyboardInterrupt from outside the cell, and
-        # was counted lost and replaced (ranks 2-15, 1 run in 3 alone, ranks 1-15 in a run of the suite)
+        # was counted lost and replaced (ranks 2-15, 1 run in 3 alone; 1-15 in the whole suite)
         fresh = [r for r, s in enumerate(cluster.slots) if s.pid != engines[r]]
         assert not fresh, f"ranks {fresh} replaced by a --timeout stop:\n{info.value.report()}"
         assert before[0] > 8  # the stopped cell trained a while
