@@ -154,7 +154,9 @@ def test_bad_meshes_are_one_line_on_every_rank(cluster8, src, says):
     # first left them is stopped as that one's bystander (under load, on 2 cores)
     causes = [f for f in failures if not f.bystander]
     assert causes
-    assert all(says in f.summary and "\n" not in f.summary for f in causes), failures[0].summary
+    assert all(says in f.summary and "\n" not in f.summary for f in causes), [
+        (f.rank, f.kind, f.summary) for f in failures
+    ]
 
 
 # A model of 8 blocks of 2 × 2 MiB-matrices (about 64 MiB of float32 weights whole), built on
