@@ -72,17 +72,9 @@ type Shown = readonly (readonly [IWorker, ShownState])[];
 /** A tile per rank: its number, its state, its place in the mesh. */
 function Tiles(props: { shown: Shown }): JSX.Element {
   return (
-    <div className="jp-nbdist-workers" role="list" aria-label="workers">
-      {props.shown.map(([w, state]) => (
-        <div
-          key={w.rank}
-          role="listitem"
-          data-rank={w.rank}
-          data-state={state}
-          data-reported={w.state}
-          className={`jp-nbdist-worker jp-nbdist-state-${state}`}
-          title={workerTitle(w)}
-        >
+    <RankList shown={props.shown} className="jp-nbdist-workers" item="">
+      {(w, state) => (
+        <>
           <span className="jp-nbdist-workerRank">{w.rank}</span>
           <span className="jp-nbdist-workerState">{state}</span>
           {w.mesh && (
@@ -90,16 +82,29 @@ function Tiles(props: { shown: Shown }): JSX.Element {
               {meshTile(meshCoords(w.mesh))}
             </span>
           )}
-        </div>
-      ))}
-    </div>
+        </>
+      )}
+    </RankList>
   );
 }
 
 /** One small cell per rank, in rank order, coloured by its state; its tooltip the detail. */
 function Cells(props: { shown: Shown }): JSX.Element {
   return (
-    <div className="jp-nbdist-rankCells" role="list" aria-label="workers">
+    <RankList shown={props.shown} className="jp-nbdist-rankCells" item="jp-nbdist-rankCell " />
+  );
+}
+
+/** The ranks as a list, an item each (tiles or cells), coloured by state, titled with the
+ * detail; `children` fills an item. */
+function RankList(props: {
+  shown: Shown;
+  className: string;
+  item: string;
+  children?: (w: IWorker, state: ShownState) => JSX.Element;
+}): JSX.Element {
+  return (
+    <div className={props.className} role="list" aria-label="workers">
       {props.shown.map(([w, state]) => (
         <div
           key={w.rank}
@@ -107,10 +112,12 @@ function Cells(props: { shown: Shown }): JSX.Element {
           data-rank={w.rank}
           data-state={state}
           data-reported={w.state}
-          className={`jp-nbdist-rankCell jp-nbdist-worker jp-nbdist-state-${state}`}
+          className={`${props.item}jp-nbdist-worker jp-nbdist-state-${state}`}
           title={workerTitle(w)}
-          aria-label={`rank ${w.rank}: ${state}`}
-        />
+          aria-label={props.children ? undefined : `rank ${w.rank}: ${state}`}
+        >
+          {props.children?.(w, state)}
+        </div>
       ))}
     </div>
   );

@@ -85,6 +85,21 @@ def page(lab):
         yield pg
 
 
+def opened_compare(page, panel, run_ids):
+    """Open compare from the runs ticked in the sidebar's ``panel`` (``run_ids``) and wait for
+    its chart to draw a line per run; its view."""
+    panel.get_by_role("button", name="Compare").click()
+    view = page.locator("#nbdist-compare-" + "-".join(str(i) for i in sorted(run_ids)))
+    view.wait_for()
+    chart = view.locator(".nbdist-chart")
+    chart.wait_for()
+    lines = str(len(run_ids))
+    page.wait_for_function(
+        "([el, n]) => el.dataset.lines === n", arg=[chart.element_handle(), lines]
+    )
+    return view
+
+
 def shot(page, name: str, dark_too: bool = False) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"sidebar-{name}-light.png"))

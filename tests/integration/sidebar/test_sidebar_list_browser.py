@@ -27,7 +27,7 @@ from processes import wait_until
 
 # the browser, its flags and the screenshots are the sidebar test's (the lab, its data folder
 # and the shadows of pytest-jupyter's autouse fixtures: conftest.py)
-from test_sidebar_browser import pytestmark, shot, sidebar  # noqa: F401
+from test_sidebar_browser import opened_compare, pytestmark, shot, sidebar  # noqa: F401
 
 from nbdist.telemetry.store import RunStore
 
@@ -298,13 +298,8 @@ def test_runs_ticked_on_two_pages_are_compared(page, made):
     row.locator(".jp-nbdist-select").check()
     panel.get_by_text("2 runs selected").wait_for()
     shot(page, "runs-selected", dark_too=True)
-    panel.get_by_role("button", name="Compare").click()
+    view = opened_compare(page, panel, (a, made["fail-demo"]))
     ids = "-".join(str(i) for i in sorted((a, made["fail-demo"])))
-    view = page.locator(f"#nbdist-compare-{ids}")
-    view.wait_for()
-    chart = view.locator(".nbdist-chart")
-    chart.wait_for()
-    page.wait_for_function("el => el.dataset.lines === '2'", arg=chart.element_handle())
     legend = view.locator(".jp-nbdist-compareLegend").inner_text()
     assert f"#{a} cnn-lr0.05" in legend and f"#{made['fail-demo']} fail-demo" in legend
     page.mouse.move(5, 5)

@@ -26,7 +26,13 @@ from processes import wait_until
 
 # the browser, its flags and the screenshots are the sidebar test's (the lab, its data folder
 # and the shadows of pytest-jupyter's autouse fixtures: conftest.py)
-from test_sidebar_browser import pytestmark, set_theme, shot, sidebar  # noqa: F401
+from test_sidebar_browser import (  # noqa: F401
+    opened_compare,
+    pytestmark,
+    set_theme,
+    shot,
+    sidebar,
+)
 
 STEPS = 300
 CELL = """\
@@ -274,13 +280,7 @@ def test_two_runs_ticked_and_compared(page, runs):
     quiet.locator(".jp-nbdist-runOpen").click(modifiers=["Control"])
     panel.get_by_text("2 runs selected").wait_for()
     assert page.locator("#nbdist-run-" + str(runs["quiet"])).count() == 0  # not opened
-    panel.get_by_role("button", name="Compare").click()
-    ids = "-".join(str(i) for i in sorted((runs["good"], runs["bad"])))
-    view = page.locator(f"#nbdist-compare-{ids}")
-    view.wait_for()
-    chart = view.locator(".nbdist-chart")
-    chart.wait_for()
-    page.wait_for_function("el => el.dataset.lines === '2'", arg=chart.element_handle())
+    view = opened_compare(page, panel, (runs["good"], runs["bad"]))
     legend = view.locator(".jp-nbdist-compareLegend").inner_text()
     assert f"#{runs['good']} good" in legend and f"#{runs['bad']} bad" in legend
     assert view.get_attribute("data-metric") is None  # (the body holds it)
