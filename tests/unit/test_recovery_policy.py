@@ -11,8 +11,8 @@ from nbdist.notebook.cluster.journal import Journal
 from nbdist.notebook.run.controller import TRANSITIONS, RunController
 from nbdist.notebook.run.formation import World
 from nbdist.notebook.run.observers.base import Phase
+from nbdist.notebook.run.outcomes import CellReport
 from nbdist.notebook.run.recovery import Decision, Failure, RunState, classify, decide
-from nbdist.notebook.run.supervisor import CellReport
 
 
 @pytest.mark.parametrize(

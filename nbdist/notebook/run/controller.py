@@ -36,7 +36,8 @@ from . import recovery
 from .formation import Formation, World
 from .observers.base import Phase
 from .observers.watch import Watch
-from .supervisor import CellReport, CellRun, Launch
+from .outcomes import CellReport
+from .supervisor import CellRun, Launch
 
 #: The phases that may follow each phase; ``tests/unit/test_recovery_policy.py`` checks them.
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {

@@ -22,9 +22,9 @@ from typing import Protocol
 from ...config import CellOptions
 from ...protocol import Program, RankInfo, TrialInfo
 from ..cluster.ranks import Ranks
+from .outcomes import CellReport
 from .recovery import Decision
 from .replay import give_back, replay
-from .supervisor import CellReport
 
 
 class Formation(Protocol):

@@ -12,12 +12,9 @@ waited for whole (``wait``: the journal's replay); a sweep steps its trials' in 
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
-from dataclasses import dataclass, field
-
-from ipyparallel.error import RemoteError
+from dataclasses import dataclass
 
 from ...config import CellOptions
 from ...errors import RankFailure
@@ -25,11 +22,11 @@ from ...protocol import CellOutcome, CellRequest, Program, RankInfo, TrialInfo
 from ...worker import api
 from ..cluster import fanout
 from ..cluster.ranks import Ranks
-from ..cluster.transfer import unpack
 from ..debug import stacks
-from . import collisions, survivors
-from .observers.base import Stop
+from . import collisions, outcomes, survivors
+from .interrupts import holding
 from .observers.watch import Watch
+from .outcomes import CellReport, RankRun
 from .output import InRankOrder, RankStreams, shows_output_of
 
 _POLL = 0.02  # seconds between looks at the ranks while output flows (what a person sees)
@@ -38,48 +35,6 @@ _ACTIVE_FOR = 1.0  # seconds after the last news that count as "flowing"
 _OUTPUT_WAIT = 2.0  # seconds to wait for a finished rank's last output to arrive
 _LONE_WAIT = 2.0  # seconds ranks may run on after a peer ended before nbdist looks at them
 _LONE_LOOK_MAX = 30.0  # ...and, while they compute, the longest it waits to look again
-
-
-def _lost(kind: str, summary: str) -> CellOutcome:
-    """The outcome of a rank whose engine died, hung or had to be killed (no reply from it)."""
-    return CellOutcome(kind=kind, at=time.time(), summary=summary)
-
-
-def _late_interrupt(exc: Exception) -> bool:
-    """Did the rank's call raise an interrupt outside the cell's own handling (a peer's stop
-    reached it first and its own SIGINT came as it left the cell)? Its engine answered, so it
-    lives on: counted lost, such ranks were killed and given fresh engines after a --timeout
-    stop (ranks 2-15 of 16, under load). An engine that died answers ``EngineError``."""
-    return isinstance(exc, RemoteError) and exc.ename == "KeyboardInterrupt"
-
-
-@dataclass
-class RankRun:
-    """One rank's part of a running cell, as observers see it at each poll (a
-    ``board.collector.RankFeed``): ``metadata`` holds what the engine has sent so far (output,
-    telemetry); ``outcome`` is set once known; ``seen``: its streams as last read."""
-
-    rank: int
-    engine_id: int
-    pid: int
-    ar: object  # fanout.Reply (fanout.Unsent: never sent, its engine gone)
-    outcome: CellOutcome | None = None
-    metadata: dict = field(default_factory=dict)  # ar.metadata, filled in as it comes
-    streams: RankStreams | None = None  # its output as read so far (and shown, if it is)
-
-
-@dataclass
-class CellReport:
-    """How a cell ended: rank 0's value, failures, and the ranks that must be replaced."""
-
-    value: object = None
-    failures: list[RankFailure] = field(default_factory=list)
-    lost: list[int] = field(default_factory=list)  # ranks whose engine died or had to be killed
-    interrupted: bool = False
-    stopped: Stop | None = None  # an observer stopped it (--stop-on-nan): the failure, why
-    group_broken: bool = False
-    seconds: float = 0.0
-    went_on: dict[int, str] = field(default_factory=dict)  # lost ranks the cell outlived: why
 
 
 @dataclass(frozen=True)
@@ -132,7 +87,11 @@ class CellRun:
             gone = self._gone(slot)
             if gone:  # died since the last cell: a death like one during the cell
                 self.ranks[r] = RankRun(
-                    r, slot.engine_id, slot.pid, fanout.Unsent(slot.engine_id), _lost("died", gone)
+                    r,
+                    slot.engine_id,
+                    slot.pid,
+                    fanout.Unsent(slot.engine_id),
+                    outcomes.lost("died", gone),
                 )
                 continue
             request = CellRequest(
@@ -196,11 +155,11 @@ class CellRun:
         try:
             rk.outcome = rk.ar.get(0)
         except Exception as exc:
-            if _late_interrupt(exc):
+            if outcomes.late_interrupt(exc):
                 rk.outcome = CellOutcome("interrupted", time.time(), summary="nbdist: interrupted")
                 return
             # the engine went away under the call
-            rk.outcome = _lost("died", f"engine lost: {type(exc).__name__}: {exc}")
+            rk.outcome = outcomes.lost("died", f"engine lost: {type(exc).__name__}: {exc}")
             # given up by the controller, a frozen process still holds its peers' links: killed,
             # they fail at once (not after grace and stop_wait)
             self.cluster.engines.signal([rk.pid], sig=9)
@@ -213,7 +172,7 @@ class CellRun:
         for rk in self.ranks.values():
             ex = exited.get(rk.pid)
             if ex is not None and rk.outcome is None:
-                rk.outcome = _lost("died", f"engine process {ex.describe()} (pid {ex.pid})")
+                rk.outcome = outcomes.lost("died", f"engine process {ex.describe()} (pid {ex.pid})")
 
     def _stop_running(self, report: CellReport, why: str) -> None:
         """Show where the ranks still running are, interrupt them; kill those that won't stop."""
@@ -236,7 +195,7 @@ class CellRun:
     def _kill(self, rk: RankRun, why: str) -> None:
         """A hung rank: kill its engine (recovery replaces it) and say why."""
         self.cluster.engines.signal([rk.pid], sig=9)
-        rk.outcome = _lost("hung", why)
+        rk.outcome = outcomes.lost("hung", why)
 
     def _show_where(self, ranks: list[RankRun], why: str) -> None:
         """Print where each of ``ranks`` is now, folded (``debug.stacks``), before it is
@@ -262,6 +221,7 @@ class CellRun:
                 "(the progress deadline); its engine was killed",
             )
 
+    @holding  # output and telemetry are never half read
     def _poll_once(self, report: CellReport) -> None:
         self._note_exits(report)
         self._note_hangs()
@@ -352,7 +312,12 @@ class CellRun:
         if self.watch is not None:  # the last reports, which may have trailed the reply too
             self.watch.poll(self.ranks)
         self.report.seconds = time.monotonic() - self._t0
-        self._summarise(self.report, self._timed_out)
+        whole = len(self.ranks) == len(self.cluster.slots)
+        deadline = self.opts.timeout if self._timed_out else None
+        failed = outcomes.summarise(
+            self.report, self.ranks, self.main_rank, whole, deadline, self._mismatch
+        )
+        self.cluster.note_cell({r: rk.outcome for r, rk in self.ranks.items()}, failed)
         gone = [rk.ar for rk in self.ranks.values() if rk.outcome.kind in ("died", "hung")]
         fanout.forget(self.cluster.client, gone)  # no reply will ever free their records
         return self.report
@@ -375,37 +340,3 @@ class CellRun:
         except KeyboardInterrupt:
             self.interrupt()
         return self.finish()
-
-    def _summarise(self, report: CellReport, timed_out: bool) -> None:
-        failed: dict[int, tuple[RankFailure, int]] = {}
-        for rk in self.ranks.values():
-            out = rk.outcome
-            if not out.group_formed and len(self.ranks) == len(self.cluster.slots):
-                report.group_broken = True
-            if out.ok:
-                if rk.rank == self.main_rank:
-                    report.value = unpack(out.value)
-                continue
-            if timed_out and out.kind in ("interrupted", "hung"):
-                # the cell's own deadline, not a lost worker: --restarts does not retry it (an
-                # engine that would not stop was killed all the same, and is replaced after)
-                if out.kind == "hung":
-                    report.lost.append(rk.rank)
-                out = dataclasses.replace(
-                    out,
-                    kind="timeout",
-                    summary=f"stopped: the cell ran past --timeout {self.opts.timeout:g} s",
-                )
-            if out.kind in ("died", "hung"):
-                report.lost.append(rk.rank)
-                if rk.rank in report.went_on:  # told when it happened; not the cell's failure
-                    continue
-            failure = RankFailure(rk.rank, out.summary, out.traceback, out.at, out.kind)
-            report.failures.append(failure)
-            failed[rk.rank] = (failure, rk.pid)
-        if self._mismatch is not None:  # the cause, before what it made the waiting ranks raise
-            report.failures.insert(0, self._mismatch)
-            failed[self._mismatch.rank] = (self._mismatch, self.ranks[self._mismatch.rank].pid)
-        self.cluster.note_cell({r: rk.outcome for r, rk in self.ranks.items()}, failed)
-        if report.failures:
-            report.group_broken = True

@@ -17,8 +17,8 @@ from ...errors import NbdistError
 from ...protocol import Program, RankInfo, TrialInfo
 from ..cluster import fanout
 from ..cluster.ranks import Ranks
+from ..run.outcomes import CellReport
 from ..run.recovery import Decision
-from ..run.supervisor import CellReport
 
 
 class Blocks:

@@ -9,7 +9,8 @@ The watch folds what arrived (``board.collector.Collector``) and tells each obse
 live state at the board's pace (the cell's ``--refresh``, as the ranks send), at once when a
 rank dies or the phase changes. A rank is silent after a few periods of that pace at least.
 ``close`` ends it: every observer is told how the run ended, once, then what
-the assembly opened for them (the run store's writer) is closed.
+the assembly opened for them (the run store's writer) is closed. The interrupt button never lands
+halfway through any of these (``interrupts.held``).
 
 ``last()`` is the latest run of this kernel (tests and benchmarks look inside it).
 """
@@ -29,6 +30,7 @@ from ....telemetry.events import RunEvent
 from ...board.collector import Collector, RankFeed
 from ...board.health import quiet_for
 from ...debug import profile
+from ..interrupts import holding
 from .base import Observer, Phase, RunEnd, RunInfo, Stop, Tick
 
 _last: Watch | None = None
@@ -79,6 +81,7 @@ class Watch:
         return next((o for o in self.observers if isinstance(o, kind)), None)
 
     # -- what the supervisor asks -----------------------------------------------------------
+    @holding
     def poll(self, ranks: Mapping[int, RankFeed]) -> None:
         """Fold what the ranks sent; tell the observers; the live state when due (at once when
         a rank just died: the cell may end before the next pace, and the sidebar shows it)."""
@@ -105,6 +108,7 @@ class Watch:
         ]
 
     # -- what the controller tells ----------------------------------------------------------
+    @holding
     def on_phase(self, old: Phase, new: Phase) -> None:
         """Entering and leaving recovery are events (the run's end has its own); the live state
         goes out at once (no poll runs during recovery)."""
@@ -115,11 +119,13 @@ class Watch:
             self.status = new.value
             self.tick()
 
+    @holding
     def on_event(self, kind: str, rank: int | None, message: str, data: Mapping[str, Any]) -> None:
         """An event of this run (recovery's, a sweep's): kept, and told to every observer."""
         self._told(RunEvent(time.time(), str(kind), rank, str(message), dict(data) or None))
 
     # -- telling ------------------------------------------------------------------------------
+    @holding
     def tick(self, urgent: bool = False) -> None:
         """Judge the ranks, settle the means, and tell every observer the live state."""
         col = self.collector
@@ -150,6 +156,7 @@ class Watch:
             obs.on_event(e)
 
     # -- the end ------------------------------------------------------------------------------
+    @holding
     def close(
         self, status: str, failures: Iterable[RankFailure] = (), recorded: bool = True
     ) -> None:
