@@ -31,8 +31,10 @@ def report(
     ``step``: the step number; ``loss``: a number or a one-element tensor (read off the training
     thread, so a CUDA loss does not synchronise the step); ``samples``: samples this rank
     processed since its last report (for samples/s); ``total``: the number of steps, for the
-    progress bar and ETA; ``metrics``: any other numbers (``lr=...``, ``comm_time=SECONDS``).
-    Never blocks: records are queued and sent in batches by a background thread.
+    progress bar and ETA; ``metrics``: any other numbers (``lr=...``, ``comm_time=SECONDS``),
+    taken as the loss is: numbers, numpy scalars and one-element tensors on any device
+    (``acc=(pred == y).float().mean()``). Never blocks: records are queued and sent in batches by
+    a background thread.
     """
     # The common call (an int step, a float or tensor loss, numbers for samples and total)
     # takes the fast path: set lookups of types, a clock read and a deque append.
@@ -44,7 +46,7 @@ def report(
         or (step is not None and not -_STEP_MAX <= step <= _STEP_MAX)
         or metrics
     ):
-        _check(step, samples, total, metrics)
+        metrics = _check(step, samples, total, metrics)
     if type(loss) is not float and loss is not None:
         loss = _loss_value(loss)
     if _sender.parent is None:  # a cell nobody watches, or none (a thread left running)
@@ -65,8 +67,9 @@ _STEP_MAX = 2**63 - 1  # what the run store (SQLite's INTEGER) holds
 _NUMBER_OR_NONE = frozenset({int, float, type(None)})
 
 
-def _check(step: Any, samples: Any, total: Any, metrics: dict) -> None:
-    """report()'s arguments off the fast path: the one-line error for what is wrong."""
+def _check(step: Any, samples: Any, total: Any, metrics: dict) -> dict:
+    """report()'s arguments off the fast path: the one-line error for what is wrong; the
+    metrics, each a number (a GPU tensor is left for the sender to read, as the loss is)."""
     if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
         raise UsageError(f"nbdist.report: step must be a whole number, not {step!r}")
     if step is not None and not -_STEP_MAX <= step <= _STEP_MAX:
@@ -75,21 +78,38 @@ def _check(step: Any, samples: Any, total: Any, metrics: dict) -> None:
         raise UsageError(f"nbdist.report: samples must be a number, not {samples!r}")
     if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 1):
         raise UsageError(f"nbdist.report: total must be a whole number >= 1, not {total!r}")
-    for k, v in metrics.items():
-        if not isinstance(v, Real):
-            raise UsageError(f"nbdist.report: metric {k} must be a number, not {v!r}")
+    if all(type(v) in _NUMBERS for v in metrics.values()):
+        return metrics
+    return {k: _value(f"metric {k}", v) for k, v in metrics.items()}
+
+
+_NUMBERS = frozenset({int, float, bool})
 
 
 def _loss_value(loss: Any) -> Any:
-    if isinstance(loss, Real):
-        return float(loss)
-    detach = getattr(loss, "detach", None)
-    if detach is None:
-        raise UsageError(f"nbdist.report: loss must be a number or a tensor, not {loss!r}")
-    t = detach()
-    if t.numel() != 1:
-        raise UsageError(f"nbdist.report: loss must have one element, not shape {tuple(t.shape)}")
-    return t.item() if t.device.type == "cpu" else t  # a GPU value is read by the sender
+    return _value("loss", loss)
+
+
+def _value(what: str, value: Any) -> Any:
+    """A number, numpy scalar or one-element tensor as a float; a tensor off the CPU as itself
+    (the sender reads it, so the step is not made to wait for the device)."""
+    if isinstance(value, Real):
+        return float(value)
+    if hasattr(value, "detach"):  # a torch tensor
+        t = value.detach()
+        if t.numel() != 1:
+            raise UsageError(
+                f"nbdist.report: {what} must have one element, not shape {tuple(t.shape)}: "
+                "reduce it first (.mean(), .sum())"
+            )
+        return t.item() if t.device.type == "cpu" else t
+    if getattr(value, "size", None) == 1 and hasattr(value, "item"):  # a numpy scalar or array
+        item = value.item()
+        if isinstance(item, Real):
+            return float(item)
+    raise UsageError(
+        f"nbdist.report: {what} must be a number or a one-element tensor, not {value!r}"
+    )
 
 
 def event(kind: str, message: str = "", **data: Any) -> None:

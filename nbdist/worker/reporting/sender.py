@@ -166,17 +166,24 @@ def _publish(pub: tuple, parent: dict, data: dict) -> None:
 
 
 def _record(raw: tuple) -> MetricRecord:
-    """``report()``'s tuple as a record, its loss a float (a tensor is read here, off the
-    training thread)."""
+    """``report()``'s tuple as a record, its loss and metrics floats (a tensor is read here, off
+    the training thread)."""
     rec = MetricRecord._make(raw)
     loss = rec.loss
     if loss is not None and not isinstance(loss, float):
-        try:
-            loss = float(loss)
-        except Exception:
-            loss = None
-        rec = rec._replace(loss=loss)
+        rec = rec._replace(loss=_read(loss))
+    extra = rec.extra
+    if extra and any(not isinstance(v, (float, int)) for v in extra.values()):
+        rec = rec._replace(extra={k: _read(v) for k, v in extra.items()})
     return rec
+
+
+def _read(value: object) -> float | None:
+    """A value report() left as it was (a device tensor) read as a float; None if it cannot be."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except Exception:
+        return None
 
 
 # -- the runner's hooks, and others' data ---------------------------------------------------------

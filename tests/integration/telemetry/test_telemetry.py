@@ -121,6 +121,30 @@ def test_bad_report_arguments_fail_the_cell_with_one_line(cluster):
         cluster.run("nbdist.report(step=1, lr='fast')")
 
 
+def test_metrics_written_as_people_write_them_are_taken_as_the_loss_is(cluster):
+    """``acc=(pred == y).float().mean()``, a numpy scalar, a 0-d count: numbers on the board and
+    in the store, on every rank; a tensor of several values is one line saying to reduce it."""
+    src = (
+        "import numpy as np, torch\n"
+        "pred, y = torch.tensor([1, 2, 3, 4]), torch.tensor([1, 2, 0, nbdist.rank()])\n"
+        "for i in range(3):\n"
+        "    nbdist.report(step=i, loss=torch.tensor(0.5), acc=(pred == y).float().mean(),\n"
+        "                  lr=np.float32(0.25), hits=(pred == y).sum(), grad=np.array(1.5))\n"
+    )
+    mon, opts = _monitor(cluster, src)
+    cluster.run(src, opts, watch=mon)
+    rows = store_of(mon).metrics(mon.run_id)
+    assert len(rows) == 6
+    extra = {r["rank"]: r["extra"] for r in rows if r["step"] == 2}
+    assert extra == {
+        0: {"acc": 0.5, "lr": 0.25, "hits": 2.0, "grad": 1.5},
+        1: {"acc": 0.5, "lr": 0.25, "hits": 2.0, "grad": 1.5},
+    }
+    assert mon.collector.series.ranks["acc"][1].y == [0.5, 0.5, 0.5]
+    with pytest.raises(DistributedCellError, match=r"metric acc must have one element, not shape"):
+        cluster.run("import torch\nnbdist.report(step=1, acc=torch.ones(3))")
+
+
 def test_report_outside_an_engine_is_a_usage_error():
     with pytest.raises(UsageError, match="runs on nbdist engines only"):
         nbdist.report(step=1, loss=0.5)
