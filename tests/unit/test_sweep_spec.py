@@ -10,7 +10,7 @@ import pytest
 from nbdist.errors import UsageError
 from nbdist.notebook.arguments import parse as _parse
 from nbdist.notebook.magics import _distributed_parser, _sweep_spec
-from nbdist.notebook.sweeps.spec import Range, SweepSpec, label, median_rule, parse_sweep
+from nbdist.notebook.sweeps.spec import Range, SweepSpec, label, parse_sweep
 
 
 def _spec(line: str) -> SweepSpec | None:
@@ -76,21 +76,6 @@ def test_a_trial_size_must_divide_the_cluster():
 
 def test_no_sweep_options_is_a_plain_cell():
     assert _spec("--name x") is None
-
-
-def _trial(i: int, losses: list[float]) -> list[tuple[int, float]]:
-    return list(enumerate(losses))
-
-
-def test_the_median_rule_stops_a_trial_worse_than_the_median_of_the_others():
-    good, mid, bad = _trial(0, [1.0] * 10), _trial(1, [2.0] * 10), _trial(2, [3.0] * 6)
-    why = median_rule(bad, [good, mid], grace=5)
-    assert why == ("stopped at step 5: mean loss 3, worse than the median 1.5 of 2 other trials")
-    assert median_rule(good, [mid, bad], grace=5) is None  # better than the median
-    assert median_rule(bad, [good], grace=5) is None  # one other trial is not a median
-    assert median_rule(_trial(3, [9.0] * 4), [good, mid], grace=5) is None  # within its grace
-    # others that have not reached the step do not count
-    assert median_rule(bad, [_trial(4, [0.1] * 3), _trial(5, [0.1] * 3)], grace=5) is None
 
 
 def test_a_range_draws_whole_numbers_between_whole_ends():

@@ -15,7 +15,6 @@ import itertools
 import keyword
 import math
 import random
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,30 +183,3 @@ class SweepSpec:
                 row[n] = v.draw(rng) if isinstance(v, Range) else rng.choice(list(v))
             out.append(row)
         return out
-
-
-def median_rule(history: list[tuple[int, float]], others: list[list], grace: int) -> str | None:
-    """The median stopping rule (``--stop-early median``): why to stop a trial whose reports are
-    ``history`` ((step, loss), in order) now, or None. It is stopped when the mean of its losses
-    up to its latest step is worse than the median of the same mean of the other trials
-    (``others``' histories) that reached that step, at least two of them, after ``grace``
-    reports."""
-    if len(history) < grace:
-        return None
-    step = history[-1][0]
-    mine = _mean_to(history, step)
-    peers = [_mean_to(o, step) for o in others if o and o[-1][0] >= step]
-    if len(peers) < 2:
-        return None
-    median = statistics.median(peers)
-    if mine <= median:
-        return None
-    return (
-        f"stopped at step {step}: mean loss {mine:.4g}, worse than the median {median:.4g} "
-        f"of {len(peers)} other trials"
-    )
-
-
-def _mean_to(history: list[tuple[int, float]], step: int) -> float:
-    values = [v for s, v in history if s <= step]
-    return sum(values) / len(values)

@@ -43,7 +43,8 @@ from ..run.observers.base import Observer, Phase, Tick
 from ..run.replay import replay
 from ..trackers import sinks
 from .blocks import Block, Blocks
-from .spec import SweepSpec, label, median_rule
+from .spec import SweepSpec, label
+from .stopping import LossHistory, median_rule
 from .table import TrialRow, TrialTable, keep, pull_trial
 
 __all__ = ["Sweep", "pull_trial", "run_sweep", "sweep"]
@@ -60,28 +61,28 @@ class _Trial:
     state: str = "queued"  # queued, running, done, failed, stopped
     ranks: tuple[int, ...] = ()
     run: RunController | None = None  # from its start to its end
-    history: list[tuple[int, float]] = field(default_factory=list)  # (step, loss), main rank
+    history: LossHistory = field(default_factory=LossHistory)  # its main rank's losses
     rate: float | None = None
     note: str = ""
     run_id: int | None = None
     stop_note: str = ""  # why the sweep's rule stopped it
     judged: int = 0  # reports in its history when the stopping rule last looked
-    points: list[tuple[str, int, float]] = field(default_factory=list)  # for the board, not sent
+    points: list[tuple[str, int, float]] | None = None  # for the board (when one), not sent
 
     @property
     def label(self) -> str:
         return label(self.values)
 
     def row(self) -> TrialRow:
-        losses = [v for _, v in self.history]
+        h = self.history
         return TrialRow(
             trial=self.id,
             values=dict(self.values),
             state=self.state,
             ranks=self.ranks,
-            step=self.history[-1][0] if self.history else None,
-            loss=losses[-1] if losses else None,
-            best=min(losses) if losses else None,
+            step=h.last_step,
+            loss=h.last,
+            best=h.best,
             samples_per_s=self.rate,
             note=self.note,
             run_id=self.run_id,
@@ -104,8 +105,9 @@ class TrialFeed(Observer):
                 continue
             values = metric_values(rec.loss, rec.extra)
             if "loss" in values:
-                t.history.append((rec.step, values["loss"]))
-            t.points.extend((name, rec.step, v) for name, v in values.items())
+                t.history.add(rec.step, values["loss"])
+            if t.points is not None:
+                t.points.extend((name, rec.step, v) for name, v in values.items())
 
     def on_tick(self, tick: Tick) -> None:
         self.trial.rate = tick.live.samples_per_s() or self.trial.rate
@@ -128,7 +130,10 @@ class Sweep:
         self.cluster, self.program, self.spec, self.opts = cluster, program, spec, opts
         self.name = spec.name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
         self._run = uuid.uuid4().hex[:8]  # this sweep's run: its trials' checkpoints are theirs
-        self.trials = [_Trial(i, values) for i, values in enumerate(spec.trials())]
+        drawn = board is not None  # the points for the board: none kept when nobody draws
+        self.trials = [
+            _Trial(i, v, points=[] if drawn else None) for i, v in enumerate(spec.trials())
+        ]
         self.blocks = Blocks(cluster, spec.trial_size)
         self.queue: deque[_Trial] = deque(self.trials)
         self.board = board
@@ -235,9 +240,9 @@ class Sweep:
         if self.spec.stop_early != "median":
             return
         for t in self._running():
-            if len(t.history) == t.judged:
+            if t.history.reports == t.judged:
                 continue
-            t.judged = len(t.history)
+            t.judged = t.history.reports
             others = [o.history for o in self.trials if o is not t]
             why = median_rule(t.history, others, self.spec.grace)
             if why is not None:
@@ -287,8 +292,9 @@ class Sweep:
                 samples_per_s=r.samples_per_s,
                 note=t.note,
             )
-            self.board.add_reports(t.id, t.points, t.rate)
-            t.points.clear()
+            self.board.add_reports(t.id, t.points or [], t.rate)
+            if t.points:
+                t.points.clear()
         self.board.update(force)
 
     def _keep_best(self, ranks: Iterable[int]) -> None:
