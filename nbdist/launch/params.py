@@ -23,6 +23,14 @@ answers, one request at a time per connection, any number of connections:
 Everything travels as ``Frame``s: a fixed header (``HEADER``) and raw bytes; nothing is unpickled.
 It exits when the last client has disconnected (ranks close their connection when their engine
 ends, or dies), when none came within ``FIRST_WAIT`` seconds, or with the kernel.
+
+Any local user can reach its port, so nothing is spent on a stranger's word: a hello's payload
+is the key's size (a header announcing more is hung up on before a byte of it is read), the
+whole handshake has a deadline (``--hello-wait``), at most ``HANDSHAKES_MAX`` handshakes run at
+once (more connections wait in the listen queue, without a thread), and only a client that
+showed the key counts as one (a stranger neither ends the service nor keeps it). A rank's frame
+of a size the model cannot have is refused in one line (``ERROR``, raised as ``Refused``), and
+its connection closed.
 """
 
 from __future__ import annotations
@@ -30,25 +38,34 @@ from __future__ import annotations
 import argparse
 import hmac
 import json
+import os
 import socket
 import struct
 import sys
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 #: magic, kind, rank (or a reply's outcome), seq, version, extra, payload length
 HEADER = struct.Struct("<4sB3xIqqqQ")
 MAGIC = b"NBPS"
-HELLO, INIT, PUSH, PULL, SEED, STATS, REPLY = range(1, 8)
+HELLO, INIT, PUSH, PULL, SEED, STATS, REPLY, ERROR = range(1, 9)
+NAMES = {INIT: "INIT", PUSH: "PUSH", PULL: "PULL", SEED: "SEED", STATS: "STATS"}
 #: A ``PUSH`` reply's outcome (in its ``rank`` field).
 DROPPED, APPLIED, REPEATED = 0, 1, 2
 KEY_BYTES = 32
 #: Seconds to wait for the first client before giving up.
 FIRST_WAIT = 120.0
-#: Seconds a new connection has to show the key.
+#: Seconds a new connection has to show the key, all of its handshake together.
 HELLO_WAIT = 5.0
+#: Handshakes under way at once; more connections wait in the listen queue until one ends.
+HANDSHAKES_MAX = 16
+#: Clients that showed the key, per rank of the world (a rank holds one; room for a retry).
+CLIENTS_PER_RANK = 4
+#: Bytes of an ``ERROR`` frame's line, at most.
+ERROR_MAX = 1000
 DTYPES = {4: np.float32, 8: np.float64}  # a flat vector's dtype, by its item size (``extra``)
 
 
@@ -72,26 +89,52 @@ def send(sock: socket.socket, f: Frame) -> None:
         sock.sendall(f.payload)
 
 
-def _exactly(sock: socket.socket, view: memoryview) -> None:
+class Refused(ConnectionError):
+    """The service refused a request (one line: what, and why) and closed the connection."""
+
+
+def _exactly(sock: socket.socket, view: memoryview, deadline: float | None = None) -> None:
+    """Fill ``view`` from ``sock``, by ``deadline`` (``time.monotonic``) if one is given."""
     got = 0
     while got < len(view):
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the handshake's deadline passed")
+            sock.settimeout(left)
         n = sock.recv_into(view[got:])
         if n == 0:
             raise ConnectionError("the other side closed the connection")
         got += n
 
 
-def receive(sock: socket.socket, into: memoryview | None = None) -> Frame:
-    """The next frame from ``sock``; its payload read into ``into`` when it fits exactly (a
-    model received without a copy), else into new bytes."""
+def _header(sock: socket.socket, deadline: float | None = None) -> tuple[Frame, int]:
+    """The next frame's header: the frame without its payload, and the payload's length."""
     head = bytearray(HEADER.size)
-    _exactly(sock, memoryview(head))
+    _exactly(sock, memoryview(head), deadline)
     magic, kind, rank, seq, version, extra, n = HEADER.unpack(head)
     if magic != MAGIC:
         raise ConnectionError("not a parameter-service frame")
+    return Frame(kind, rank, seq, version, extra), n
+
+
+def _payload(sock: socket.socket, f: Frame, n: int, into: memoryview | None = None,
+             deadline: float | None = None) -> Frame:  # fmt: skip
+    """``f`` with its ``n`` bytes of payload, read into ``into`` when it fits exactly."""
     view = into if into is not None and into.nbytes == n else memoryview(bytearray(n))
-    _exactly(sock, view.cast("B"))
-    return Frame(kind, rank, seq, version, extra, view)
+    _exactly(sock, view.cast("B"), deadline)
+    return replace(f, payload=view)
+
+
+def receive(sock: socket.socket, into: memoryview | None = None) -> Frame:
+    """The next frame from ``sock``; its payload read into ``into`` when it fits exactly (a
+    model received without a copy), else into new bytes. The service's refusal raises
+    ``Refused`` with its line."""
+    f, n = _header(sock)
+    if f.kind == ERROR:
+        text = bytes(_payload(sock, f, n).payload) if n <= ERROR_MAX else b"(too long to read)"
+        raise Refused(text.decode(errors="replace"))
+    return _payload(sock, f, n, into)
 
 
 class Model:
@@ -146,6 +189,26 @@ class Model:
             self.counts["seeded"] += 1
             return True
 
+    def refusal(self, kind: int, extra: int, n: int) -> str | None:
+        """Why a request of ``kind`` with ``n`` bytes of payload cannot be right for this model
+        (one line), or None: nothing is read, let alone allocated, before this says so."""
+        with self.lock:
+            held = None if self.flat is None else self.flat.nbytes
+        if kind not in NAMES:
+            return f"an unknown request (kind {kind})"
+        what = f"{'an' if kind == INIT else 'a'} {NAMES[kind]} of {n} bytes"
+        if kind == STATS or (kind == PULL and held is not None):
+            return f"{what}: it carries none" if n else None
+        if held is None and kind != INIT:
+            return f"{what}: no model is held yet (INIT first)"
+        if held is not None:
+            return None if n == held else f"{what}: the model has {held}"
+        if extra not in DTYPES or n % extra:
+            return f"{what} in items of {extra} bytes: they are 4 or 8 bytes"
+        if n > _memory():
+            return f"{what}: more than this machine's memory ({_memory()} bytes)"
+        return None
+
     def snapshot(self) -> tuple[int, bytes]:
         with self.lock:
             return self.version, self.flat.tobytes()
@@ -157,23 +220,43 @@ class Model:
             return json.dumps(out).encode()
 
 
-def _serve(conn: socket.socket, model: Model, key: bytes) -> None:
-    """One client, request after request, until it leaves; a stranger is hung up on."""
-    conn.settimeout(HELLO_WAIT)
-    hello = receive(conn)
-    if hello.kind != HELLO or not hmac.compare_digest(bytes(hello.payload), key):
-        return
+def _memory() -> int:
+    """This machine's memory, in bytes: no model is larger."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _handshake(conn: socket.socket, key: bytes, wait: float) -> int | None:
+    """The rank of a client that showed ``key`` within ``wait`` s, or None (a stranger): a
+    hello of any other size is not read at all."""
+    deadline = time.monotonic() + wait
+    hello, n = _header(conn, deadline)
+    if hello.kind != HELLO or n != len(key):
+        return None
+    hello = _payload(conn, hello, n, deadline=deadline)
+    if not hmac.compare_digest(bytes(hello.payload), key):
+        return None
     conn.settimeout(None)
-    send(conn, Frame(REPLY, version=model.version))
-    try:
-        _requests(conn, model)
-    finally:
-        model.leave(hello.rank)
+    return hello.rank
+
+
+def _refuse(conn: socket.socket, why: str) -> None:
+    line = f"the parameter service refused {why}"
+    send(conn, Frame(ERROR, payload=line.encode()[:ERROR_MAX]))
 
 
 def _requests(conn: socket.socket, model: Model) -> None:
+    """Request after request, until the client leaves or sends what cannot be right."""
     while True:
-        f = receive(conn)
+        f, n = _header(conn)
+        why = model.refusal(f.kind, f.extra, n)
+        if why is None:
+            try:
+                f = _payload(conn, f, n)
+            except MemoryError:
+                why = f"a {NAMES[f.kind]} of {n} bytes: no memory for it here"
+        if why is not None:
+            _refuse(conn, why)
+            return
         if f.kind == INIT:
             model.init(f.payload, f.extra)
             send(conn, Frame(REPLY, version=model.version))
@@ -187,45 +270,74 @@ def _requests(conn: socket.socket, model: Model) -> None:
             taken = model.seed(f.version, f.payload)
             version, flat = model.snapshot()
             send(conn, Frame(REPLY, int(taken), version=version, payload=flat))
-        elif f.kind == STATS:
+        else:  # STATS
             send(conn, Frame(REPLY, payload=model.stats()))
-        else:
-            return
 
 
 class Service:
     """The listening socket and its clients; ``run`` returns when the last one has left."""
 
-    def __init__(self, host: str, world: int, max_staleness: int, key: bytes):
+    def __init__(self, host: str, world: int, max_staleness: int, key: bytes,
+                 hello_wait: float = HELLO_WAIT):  # fmt: skip
         self.model = Model(world, max_staleness)
         self.key = key
+        self.hello_wait = hello_wait
         self.listener = socket.create_server((host, 0))
         self.port = self.listener.getsockname()[1]
-        self.clients = 0
+        self.handshakes = 0  # connections not yet past the key
+        self.clients = 0  # connections that showed the key: only these count
+        self.clients_max = CLIENTS_PER_RANK * world
         self.seen = False
         self.changed = threading.Condition()
 
     def _client(self, conn: socket.socket) -> None:
         try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            _serve(conn, self.model, self.key)
+            rank = self._introduced(conn)
+            if rank is not None:
+                self._serve(conn, rank)
         except (ConnectionError, OSError, ValueError, KeyError):
             pass  # a client gone (its engine died) or speaking nonsense: hung up on
         finally:
             conn.close()
+
+    def _introduced(self, conn: socket.socket) -> int | None:
+        """The rank of a client that showed the key in time (a handshake slot freed either
+        way), or None: a stranger, hung up on."""
+        try:
+            return _handshake(conn, self.key, self.hello_wait)
+        finally:
+            with self.changed:
+                self.handshakes -= 1
+                self.changed.notify_all()
+
+    def _serve(self, conn: socket.socket, rank: int) -> None:
+        with self.changed:
+            full = self.clients >= self.clients_max
+            if not full:
+                self.clients += 1
+                self.seen = True
+        if full:
+            _refuse(conn, f"a connection: it has {self.clients_max} clients already")
+            return
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            send(conn, Frame(REPLY, version=self.model.version))
+            _requests(conn, self.model)
+        finally:
+            self.model.leave(rank)
             with self.changed:
                 self.clients -= 1
                 self.changed.notify_all()
 
     def _accept(self) -> None:
         while True:
+            with self.changed:  # a full house: the next connection waits in the listen queue
+                self.changed.wait_for(lambda: self.handshakes < HANDSHAKES_MAX)
+                self.handshakes += 1
             try:
                 conn, _ = self.listener.accept()
             except OSError:
                 return
-            with self.changed:
-                self.clients += 1
-                self.seen = True
             threading.Thread(target=self._client, args=(conn,), daemon=True).start()
 
     def run(self) -> None:
@@ -243,10 +355,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", required=True)
     p.add_argument("--world", type=int, required=True)
     p.add_argument("--max-staleness", type=int, required=True)
+    p.add_argument("--hello-wait", type=float, default=HELLO_WAIT, help="seconds to show the key")
     args = p.parse_args(argv)
     key = bytes.fromhex(sys.stdin.readline().strip())
     lifeline.exit_with_parent()
-    service = Service(args.host, args.world, args.max_staleness, key)
+    service = Service(args.host, args.world, args.max_staleness, key, args.hello_wait)
     print(service.port, flush=True)
     sys.stdout.close()
     service.run()
