@@ -102,7 +102,9 @@ def _value(what: str, value: Any) -> Any:
                 f"nbdist.report: {what} must have one element, not shape {tuple(t.shape)}: "
                 "reduce it first (.mean(), .sum())"
             )
-        return t.item() if t.device.type == "cpu" else t
+        if t.is_complex():
+            raise UsageError(f"nbdist.report: {what} must be a real number, not {value!r}")
+        return float(t.item()) if t.device.type == "cpu" else t
     if getattr(value, "size", None) == 1 and hasattr(value, "item"):  # a numpy scalar or array
         item = value.item()
         if isinstance(item, Real):
