@@ -7,12 +7,17 @@ loaded without running code is never written.
 A sharded checkpoint's ``.metadata`` is a pickle (``torch.distributed.checkpoint`` writes it so,
 and its own reader would load it with ``pickle.load``): ``load_metadata`` unpickles only the
 records DCP's metadata is made of, and refuses any other name in one line, without calling it.
+It also refuses metadata that points outside its folder: each item's file must be one DCP
+writes, a plain file beside the metadata (not a path, not a link), so a rewritten ``.metadata``
+cannot load another checkpoint's tensors.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import pickle
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +131,7 @@ def load_metadata(path: Path) -> Any:
     anything else is refused in one line naming the file (a UsageError), and never called."""
     with open(path, "rb") as f:
         try:
-            return _MetadataUnpickler(f, path).load()
+            metadata = _MetadataUnpickler(f, path).load()
         except UsageError:
             raise
         except Exception as e:  # a truncated or garbled pickle
@@ -134,3 +139,26 @@ def load_metadata(path: Path) -> Any:
                 f"{path} is not a checkpoint's metadata ({type(e).__name__}: {e}): delete that "
                 "checkpoint"
             ) from None
+    storage = getattr(metadata, "storage_data", None)
+    for info in storage.values() if isinstance(storage, dict) else ():
+        name = getattr(info, "relative_path", None)
+        if why := _outside(path.parent, name):
+            raise UsageError(
+                f"{path} points at {name!r}, {why}: refused to load it (it could load another "
+                "checkpoint's data); delete that checkpoint"
+            )
+    return metadata
+
+
+def _outside(folder: Path, name: Any) -> str:
+    """Why the file ``name`` may lie outside ``folder``; "" when it is a plain name there (no
+    path, no NUL) that is no link."""
+    if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+        return "outside its checkpoint folder"
+    try:
+        link = stat.S_ISLNK(os.lstat(folder / name).st_mode)
+    except FileNotFoundError:
+        return ""  # missing: DCP says so when it reads it
+    except OSError as e:
+        return f"which cannot be checked ({e.strerror})"
+    return "a link, which may lead outside its checkpoint folder" if link else ""

@@ -12,10 +12,10 @@ the model), the data goes to a temporary file (or folder) that is synced and ren
 marker the same way. A checkpoint counts only when its marker exists and matches, so a crash
 mid-write is never loaded. A write that fails removes its temporary file and raises
 ``CheckpointWriteError`` naming the folder and the cause: the storage's fault, which
-``--restarts`` retries. Which run a folder belongs to: ``owner``.
+``--restarts`` retries. Where the folder is, made safely: ``folders``; which run it belongs
+to: ``owner``.
 
-A folder given as ``dir=`` must be the person's own, like the data folder: one that others may
-write (without the sticky bit) could have checkpoints planted or swapped in. Pruning keeps the
+Pruning keeps the
 newest ``keep`` checkpoints that verify (size and SHA-256, each file hashed once per process),
 so a corrupt newer file never costs a good older one.
 
@@ -26,7 +26,6 @@ Loaded with ``torch.load(weights_only=True)``: a checkpoint holds tensors and pl
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 import json
@@ -36,6 +35,7 @@ import shutil
 import socket
 import stat
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 
 from ...errors import CheckpointWriteError, UsageError
@@ -46,77 +46,12 @@ FORMAT = 2  # payloads hold only what a weights-only load accepts
 SAFE_TORCH = "2.6"
 _NAME = re.compile(r"step-([0-9]+)\.(pt|dcp)")  # names are matched whole (fullmatch)
 _TEMP = re.compile(r"\.step-[0-9]+\.(pt|json|dcp)\.(?P<host>.+)\.(?P<pid>[0-9]+)\.tmp")
-_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _SHARD = re.compile(r"\.?[A-Za-z0-9_][A-Za-z0-9_.]{0,99}")  # a file DCP writes
-#: Causes that are the storage's, not the person's: a write failing so is retried.
-_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.ESTALE}
 
 
 def stem(step: int) -> str:
     """The file name (without suffix) of the checkpoint of ``step``."""
     return f"step-{step:08d}"
-
-
-def run_folder(dir: str | os.PathLike | None, run: str) -> Path:
-    """The folder of run ``run``'s checkpoints under ``dir`` (default: the data dir's)."""
-    if not isinstance(run, str) or not _RUN.fullmatch(run):
-        raise UsageError(
-            f"nbdist: run={run!r} cannot name a checkpoint folder: use letters, digits, '.', "
-            "'_' and '-' (at most 100, not starting with '.')"
-        )
-    if dir is None:
-        from ... import datadir
-
-        return datadir.private_dir(datadir.ensure() / "checkpoints") / run
-    try:
-        base = Path(dir).expanduser()
-    except (TypeError, RuntimeError) as e:  # not a path; ~user with no such user
-        raise UsageError(
-            f"nbdist: dir= must be a folder's path, not the {type(dir).__name__} "
-            f"{repr(dir)[:60]} ({e})"
-        ) from None
-    for folder in (base, base / run):
-        _check_trusted(folder)
-    return base / run
-
-
-def _check_trusted(folder: Path) -> None:
-    """Refuse an existing ``folder`` that someone else owns or may change: checkpoints there
-    could be planted, or this run's folder swapped for theirs. A sticky folder (like /tmp)
-    lets others write but not rename what is ours, so it passes when the run's folder is ours."""
-    try:
-        st = os.stat(folder)
-    except (FileNotFoundError, NotADirectoryError, ValueError):
-        return  # made 0700 by prepare(); a file in the way is prepare()'s one line
-    except OSError:
-        return  # unreadable: prepare() says so
-    fix = "pass dir= a folder of your own (chmod go-w, or mkdir -m 700)"
-    if st.st_uid != os.geteuid() and st.st_uid != 0:
-        raise UsageError(
-            f"checkpoint folder {folder} belongs to another user (uid {st.st_uid}), who could "
-            f"plant checkpoints there: {fix}"
-        )
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        raise UsageError(
-            f"checkpoint folder {folder} can be written by other users (mode "
-            f"{stat.S_IMODE(st.st_mode):o}), who could plant checkpoints there: {fix}"
-        )
-
-
-def _make_dirs(folder: Path) -> None:
-    """Create ``folder`` and any missing parents as 0700 (existing ones are left as they are)."""
-    missing = []
-    p = folder
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            continue  # made meanwhile by someone else: not ours to change
-        if os.stat(d).st_mode & 0o777 != 0o700:  # a umask that took the owner's bits
-            os.chmod(d, 0o700)
 
 
 def storage_error(what: str, folder: Path, e: OSError) -> CheckpointWriteError:
@@ -125,27 +60,6 @@ def storage_error(what: str, folder: Path, e: OSError) -> CheckpointWriteError:
         f"nbdist.checkpoint: could not {what} in {folder} ({cause}): free space there or pass "
         "dir= another folder; --restarts retries the cell"
     )
-
-
-def prepare(folder: Path) -> Path:
-    """``folder`` created (0700) and checked for writing: a clear error before training."""
-    try:
-        _make_dirs(folder)
-        probe = folder / f".probe-{os.getpid()}"
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
-        probe.unlink()
-    except ValueError as e:  # a NUL in the name
-        raise UsageError(f"checkpoint folder {folder!r} cannot be made: {e}") from None
-    except OSError as e:
-        if e.errno in _STORAGE_ERRNOS:
-            raise storage_error("write", folder, e) from None
-        where = Path(e.filename) if e.filename else folder
-        shown = next((p for p in (folder, *folder.parents) if where == p), folder)
-        raise UsageError(
-            f"checkpoint folder {shown} is not writable ({e.strerror}): pass dir= a folder you "
-            "can write, or set NBDIST_DATA_DIR"
-        ) from None
-    return folder
 
 
 def temp_name(path: Path) -> Path:
@@ -190,7 +104,7 @@ def write(folder: Path, step: int, data: bytes) -> None:
     try:
         remove(folder / f"{name}.dcp")  # a sharded checkpoint of this step: replaced
         write_atomic(folder / f"{name}.pt", data)
-        trust(folder / f"{name}.pt")  # hashed as written
+        trust(folder, folder / f"{name}.pt")  # hashed as written
         try:
             write_atomic(folder / f"{name}.json", json.dumps(marker).encode())
         except BaseException:
@@ -225,13 +139,16 @@ def prune(folder: Path, keep: int) -> None:
     does not verify is not counted: restore skips it, saying so, and it goes once it is older
     than the ones kept."""
     done = complete(folder)
-    good = 0
+    good: set[Path] = set()
     for _, path in done:
-        if good >= max(2, keep):
+        if len(good) >= max(2, keep):
             path.with_suffix(".json").unlink(missing_ok=True)
             remove(path)
         elif _verifies(path):
-            good += 1
+            good.add(path)
+    known = _known(folder)  # only the files of the checkpoints kept are remembered
+    for f in [f for f in known if f not in good and f.parent not in good]:
+        del known[f]
     newest = done[0][0] if done else -1
     for f in folder.glob("step-*"):
         m = _NAME.fullmatch(f.name)
@@ -253,13 +170,26 @@ def digest(path: Path) -> tuple[int, str]:
     return path.stat().st_size, h.hexdigest()
 
 
-#: Files that verified, as (size, mtime_ns) when they did: each is hashed once per process.
-_verified: dict[Path, tuple[int, int]] = {}
+#: Files that verified, as (size, mtime_ns) when they did, by run folder: each is hashed once
+#: per process. Bounded over a long night: a folder keeps the files of the checkpoints its last
+#: prune kept, and only the ``_FOLDERS`` folders used last are remembered.
+_verified: OrderedDict[Path, dict[Path, tuple[int, int]]] = OrderedDict()
+_FOLDERS = 16
 
 
-def trust(path: Path) -> None:
-    """Count ``path`` as verified until it changes: its writer hashed it as it wrote it."""
-    _verified[path] = _stamp(path)
+def _known(folder: Path) -> dict[Path, tuple[int, int]]:
+    """The files of run folder ``folder`` that verified; it is now the one used last."""
+    known = _verified.setdefault(folder, {})
+    _verified.move_to_end(folder)
+    if len(_verified) > _FOLDERS:
+        _verified.popitem(last=False)
+    return known
+
+
+def trust(folder: Path, path: Path) -> None:
+    """Count ``path`` (in run folder ``folder``) as verified until it changes: its writer
+    hashed it as it wrote it."""
+    _known(folder)[path] = _stamp(path)
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -273,7 +203,7 @@ def _read_verified(path: Path) -> bytes:
     data = path.read_bytes()
     if len(data) != marker["bytes"] or hashlib.sha256(data).hexdigest() != marker["sha256"]:
         raise ValueError("checksum mismatch")
-    _verified[path] = _stamp(path)
+    trust(path.parent, path)
     return data
 
 
@@ -286,13 +216,14 @@ def _verify_folder(path: Path) -> dict:
         raise ValueError("its marker is not a sharded checkpoint's")
     if {p.name for p in path.iterdir()} != set(listed):
         raise ValueError("its files are not the ones its marker lists")
+    known = _known(path.parent)
     for name, (size, sha) in listed.items():
         f = path / name
-        if _verified.get(f) == _stamp(f):
+        if known.get(f) == _stamp(f):
             continue
         if not stat.S_ISREG(os.lstat(f).st_mode) or digest(f) != (size, sha):
             raise ValueError(f"checksum mismatch in {name}")
-        _verified[f] = _stamp(f)
+        known[f] = _stamp(f)
     return marker
 
 
@@ -300,7 +231,7 @@ def _verifies(path: Path) -> bool:
     try:
         if path.suffix == ".dcp":
             _verify_folder(path)
-        elif _verified.get(path) != _stamp(path):
+        elif _known(path.parent).get(path) != _stamp(path):
             _read_verified(path)
         return True
     except (OSError, ValueError, KeyError, TypeError):

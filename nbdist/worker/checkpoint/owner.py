@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ...errors import UsageError
-from . import files
+from . import files, folders
 
 _CLAIM = "run.json"  # which run writes into the folder
 
@@ -38,7 +38,7 @@ def claim(folder: Path, run_id: str, resume: bool) -> str:
                 f"nbdist: {folder} holds an earlier run's checkpoints, which could not be moved "
                 f"aside ({e.strerror}): pass run= another name, or move them yourself"
             ) from None
-        files.prepare(folder)
+        folders.prepare(folder)
     try:
         record = json.dumps({"run": run_id, "at": time.time()}).encode()
         files.write_atomic(folder / _CLAIM, record)

@@ -45,7 +45,7 @@ from ...errors import UsageError
 from .. import context
 from ..reporting.calls import event
 from ..state import engine
-from . import contents, files, owner, sharded, statedicts
+from . import contents, files, folders, owner, sharded, statedicts
 
 Folder = str | os.PathLike | None
 
@@ -61,7 +61,7 @@ def set_run(key: str, run_id: str = "", resume: bool = False) -> None:
 
 def _folder(dir: Folder, run: str | None) -> Path:
     """The run's folder, made and claimed for this run (once per folder): rank 0 only."""
-    folder = files.prepare(files.run_folder(dir, engine.run_key if run is None else run))
+    folder = folders.prepare(folders.run_folder(dir, engine.run_key if run is None else run))
     claim = (str(folder), engine.run_id)
     if claim not in engine.claimed:
         note = owner.claim(folder, engine.run_id, engine.resume)

@@ -199,9 +199,12 @@ def load(found: dict, state: dict, gens: dict) -> tuple[dict | None, dict]:
     target = statedicts.targets(state, kind_of, stages, stage)
     if same:
         target["rng"] = {str(rank): None}
+    reader = storage.SafeReader(path)
     try:
-        dcp.load(target, storage_reader=storage.SafeReader(path), planner=storage.SafePlanner())
+        dcp.load(target, storage_reader=reader, planner=storage.SafePlanner())
     except (Exception, CheckpointException) as e:
+        if reader.refused is not None:  # its metadata, not these objects
+            raise reader.refused from None
         raise UsageError(
             f"nbdist.restore: the checkpoint {path} does not load into these objects "
             f"({_said(e)}): build them as the checkpointed run did"

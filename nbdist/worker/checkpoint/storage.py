@@ -7,9 +7,10 @@ rank, rank 0 ``commit``s it: synced, renamed to ``step-N.dcp``, then marked with
 and SHA-256 (``files``), so a step is whole or ignored.
 
 Read: ``SafeReader`` loads the ``.metadata`` pickle with ``contents.load_metadata`` (DCP's own
-reader would ``pickle.load`` it), and ``SafePlanner`` loads the byte items (everything that is
-not a tensor: random states, optimizer settings, plain values) with ``weights_only=True``, which
-DCP's default planner does not; its tensors DCP already loads so.
+reader would ``pickle.load`` it; it refuses items whose file is not a plain file in the folder)
+and opens the shards without following a link; ``SafePlanner`` loads the byte items (everything
+that is not a tensor: random states, optimizer settings, plain values) with
+``weights_only=True``, which DCP's default planner does not; its tensors DCP already loads so.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ METADATA = ".metadata"  # DCP's name for the file rank 0 writes last
 
 
 class _PrivateFiles(FileSystem):
-    """DCP's local file system, creating files 0600 (never following a link) and folders 0700,
-    and remembering the files this process created."""
+    """DCP's local file system, creating files 0600 and folders 0700, never following a link
+    to a file, and remembering the files this process created."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,8 +44,8 @@ class _PrivateFiles(FileSystem):
 
     @contextlib.contextmanager
     def create_stream(self, path: str | os.PathLike, mode: str) -> Iterator[Any]:
-        if "w" not in mode:
-            with super().create_stream(path, mode) as stream:
+        if "w" not in mode:  # a link swapped in after the metadata was checked: ELOOP
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), mode) as stream:
                 yield stream
             return
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -70,14 +71,24 @@ class Writer(FileSystemWriter):
 
 
 class SafeReader(FileSystemReader):
-    """DCP's file reader, whose metadata is unpickled with only DCP's own records allowed."""
+    """DCP's file reader, whose metadata is unpickled with only DCP's own records allowed and
+    names only plain files in the folder, which are opened without following a link."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.fs = _PrivateFiles()
+        self.refused: UsageError | None = None  # DCP keeps only its text: raise it whole
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
         from torch.distributed.checkpoint.metadata import StorageMeta
 
         if kwargs.get("rank") is not None:  # a per-rank metadata file: never written here
             raise FileNotFoundError(f"{self.path}: no per-rank metadata")
-        metadata = contents.load_metadata(Path(self.path) / METADATA)
+        try:
+            metadata = contents.load_metadata(Path(self.path) / METADATA)
+        except UsageError as e:
+            self.refused = e
+            raise
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -137,7 +148,7 @@ def commit(folder: Path, step: int, tmp: Path, listing: dict, header: dict) -> N
         os.rename(tmp, final)
         files.sync_folder(folder)
         for n in listing:
-            files.trust(final / n)  # hashed by its writer as it was written
+            files.trust(folder, final / n)  # hashed by its writer as it was written
         marker = {"step": step, "format": "dcp", **header, "files": listing}
         files.write_atomic(mark, json.dumps(marker).encode())
     except OSError as e:
