@@ -16,9 +16,12 @@ and is gone before the loop starts.
 
 Protocol, lines on stdin/stdout: the server says ``ready`` once its imports are done (a
 ``controller`` request already waiting is served halfway, before torch's import); ``cluster
-[PROFILE_DIR, CLUSTER_ID, LOG_DIR]`` (JSON) ties it to a cluster, before any spawn; ``spawn`` →
-``pid PID``; ``controller {args, env, cwd, log}`` (JSON) → ``pid PID``, the cluster's controller
-forked (its imports are the server's: see ``ForkedController`` in the kernel's end, ``forks``);
+[PROFILE_DIR, CLUSTER_ID, LOG_DIR]`` (JSON) ties it to a cluster, before any spawn; ``spawn ID``
+→ ``pid PID ID``; ``controller ID {args, env, cwd, log}`` (JSON) → ``pid PID ID``, the cluster's
+controller forked (its imports are the server's: see ``ForkedController`` in the kernel's end,
+``forks``). ``ID`` (a number; a request without one is answered without) matches an answer to
+its request: ``cancel ID`` (the kernel stopped waiting for it) → the server kills the process it
+forked for that request, if it still runs (a child not yet reaped: its pid is not anyone else's);
 ``warm`` → the server imports what a
 first training cell imports (``_WARM``), so engines forked later (a lost rank's replacement)
 start with it; ``exit`` → the server reaps its engines (told to leave) and leaves. When an
@@ -47,6 +50,8 @@ from nbdist.launch import title
 
 _LIFELINE_PERIOD = 0.5  # seconds between checks that the kernel is still there, without pidfds
 _EXIT_WAIT = 5.0  # seconds the server waits at its exit for its engines (told to leave) to end
+#: The children forked and not yet reaped: pid -> the id of the request it was forked for.
+_children: dict[int, bytes] = {}
 
 
 def _say(line: str) -> None:
@@ -63,6 +68,7 @@ def _reap() -> None:
             return
         if pid == 0:
             return
+        _children.pop(pid, None)
         _say(f"exit {pid} {os.waitstatus_to_exitcode(status)}")
 
 
@@ -242,16 +248,21 @@ class _Requests:
         *lines, self._pending = self._pending.split(b"\n")
         for line in lines:
             word, _, rest = line.strip().partition(b" ")
+            ident = b""
+            if rest[:1].isdigit():  # the request's id
+                ident, _, rest = rest.partition(b" ")
             if word == b"cluster":
                 self.cluster = json.loads(rest)
                 title.name(title.of("forkserver", self.cluster[1]))
             elif word == b"controller":
                 cluster = self.cluster[1] if self.cluster else ""
-                self._fork(_controller, {**json.loads(rest), "cluster": cluster})
+                self._fork(ident, _controller, {**json.loads(rest), "cluster": cluster})
             elif word == b"spawn":
                 if self.cluster is None:  # the kernel's end always claims first
                     sys.exit("nbdist fork server: spawn before cluster")
-                self._fork(_engine, *self.cluster)
+                self._fork(ident, _engine, *self.cluster)
+            elif word == b"cancel" and ident:
+                _cancel(ident)
             elif word == b"warm":
                 _warm()
             elif word == b"exit":  # the engines were told to leave: reap them as they do
@@ -259,11 +270,20 @@ class _Requests:
                 return False
         return True
 
-    def _fork(self, child, *args: object) -> None:
+    def _fork(self, ident: bytes, child, *args: object) -> None:
         pid = os.fork()
         if pid == 0:
             child(*args, self.inherited)
-        _say(f"pid {pid}")
+        _children[pid] = ident
+        _say(f"pid {pid} {ident.decode()}".rstrip())
+
+
+def _cancel(ident: bytes) -> None:
+    """Kill what was forked for request ``ident`` (its answer came too late to be taken); its
+    exit is reported as any other's."""
+    for pid, of in list(_children.items()):
+        if of == ident:
+            os.kill(pid, signal.SIGKILL)
 
 
 def main() -> None:

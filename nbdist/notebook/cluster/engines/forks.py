@@ -15,6 +15,7 @@ kernel at any time. ``NBDIST_PREWARM=0`` turns it off (``config.prewarm``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
@@ -51,8 +52,12 @@ class ForkServer:
         )
         self.exits: queue.Queue[EngineExit] = queue.Queue()
         self.ended: dict[int, int] = {}  # pid -> exit status: how add_engines learns of a death
-        self._pids: queue.Queue[int] = queue.Queue()
         self.controller_pid: int | None = None  # its end is not an engine's death
+        self.cancelled: set[int] = set()  # forked for a request that timed out: killed, no engine
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, queue.Queue[int]] = {}  # request id -> where its pid goes
+        self._gone = False  # the server has ended: no answer will come
+        self._lock = threading.Lock()  # the two above, between the reader and the requests
         self._ready = threading.Event()
         threading.Thread(target=self._read, name="nbdist-forkserver", daemon=True).start()
 
@@ -63,14 +68,29 @@ class ForkServer:
                 self._ready.set()
             elif word == "pid":  # said before any exit of that process: an old pid's is stale
                 self.ended.pop(int(rest[0]), None)
-                self._pids.put(int(rest[0]))
+                self._answered(int(rest[0]), int(rest[1]))
             elif word == "exit":
-                self.ended[int(rest[0])] = int(rest[1])
-                if int(rest[0]) != self.controller_pid:
-                    self.exits.put(EngineExit(int(rest[0]), int(rest[1])))
+                pid = int(rest[0])
+                self.ended[pid] = int(rest[1])
+                if pid != self.controller_pid and pid not in self.cancelled:
+                    self.exits.put(EngineExit(pid, int(rest[1])))
+                self.cancelled.discard(pid)
         self._ready.set()  # the server is gone: wake anyone waiting
-        self._pids.put(-1)  # and a fork asked for will not come
+        with self._lock:  # and a fork asked for will not come
+            self._gone = True
+            for waiting in self._waiting.values():
+                waiting.put(-1)
         self.proc.wait()  # and reaped, whoever holds it (a spare that left unclaimed too)
+
+    def _answered(self, pid: int, ident: int) -> None:
+        """The server forked ``pid`` for request ``ident``: its answer, unless that request
+        timed out (the server kills that one: ``cancel``)."""
+        with self._lock:
+            waiting = self._waiting.pop(ident, None)
+            if waiting is None:
+                self.cancelled.add(pid)
+            else:
+                waiting.put(pid)
 
     def ready(self) -> bool:
         """Whether the server has done its imports (and is running): it forks at once."""
@@ -101,14 +121,41 @@ class ForkServer:
         return self.controller_pid
 
     def _fork(self, request: str, timeout: float) -> int:
+        """Send ``request`` under a fresh id and wait for its own answer: a late one (this
+        request timed out) is never taken for another's, and its process is killed."""
+        ident, answer = next(self._ids), queue.Queue(1)
+        word, _, rest = request.partition(" ")
+        with self._lock:
+            gone = self._gone
+            self._waiting[ident] = answer
         try:
-            self._send(request)
-            pid = self._pids.get(timeout=timeout)
-        except (OSError, queue.Empty):
+            if not gone:
+                self._send(f"{word} {ident} {rest}".rstrip())
+            pid = -1 if gone else answer.get(timeout=timeout)
+        except OSError:
             pid = -1
+        except queue.Empty:
+            with self._lock:
+                unanswered = self._waiting.pop(ident, None) is not None
+            if unanswered:
+                self._cancel(ident)
+                raise NbdistError(
+                    f"the engine fork server did not fork within {timeout:g} s (busy, or stuck: "
+                    "see the engine logs)"
+                ) from None
+            pid = answer.get()  # answered between the timeout and the lock: in time after all
+        finally:
+            with self._lock:
+                self._waiting.pop(ident, None)
         if pid < 0:
             raise NbdistError("the engine fork server stopped (see the engine logs)")
         return pid
+
+    def _cancel(self, ident: int) -> None:
+        try:
+            self._send(f"cancel {ident}")
+        except OSError:  # the server is gone, and what it forked with it
+            pass
 
     def warm(self) -> None:
         """Ask the server to import what a first training cell imports (it does between
