@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -175,6 +176,7 @@ class Exchange:
         self.last_event = -float("inf")
         self.gone: str | None = None  # why the service cannot be reached, once it cannot
         _announce()
+        self.told = True  # the kernel knows, for the cell under way, that this rank goes on
 
     # -- the flat model ---------------------------------------------------------------------
     def flat(self) -> torch.Tensor:
@@ -200,6 +202,9 @@ class Exchange:
         ``every``-th, send this rank's change unless one is still on its way."""
         if self.gone is not None:
             raise UsageError(self.gone)
+        if not self.told:  # trained in this cell: the kernel is told now
+            self.told = True
+            _announce()
         if self.flight is not None and not self.flight.is_alive():
             self._land()
         if local_steps <= 0 or local_steps % self.every:
@@ -294,10 +299,13 @@ class Exchange:
             f"{exc}): prepare the model and its optimizer again"
         )
 
-    def begin_cell(self) -> None:
-        """A cell starts: take the latest global model, and tell the kernel that this rank
-        trains on if another dies."""
-        _announce()
+    def begin_cell(self, named: bool) -> None:
+        """A cell starts: take the latest global model; tell the kernel that this rank trains
+        on if another dies now if the model is ``named`` (a name of the person's holds it),
+        else at its first step in the cell (see ``begin_cell`` below)."""
+        self.told = named
+        if named:
+            _announce()
         self.pull()
 
     def _report(self) -> None:
@@ -323,21 +331,29 @@ class Exchange:
         self.link.close()
 
 
-def _exchanges() -> list[Exchange]:
+def _live() -> list[tuple[Any, Exchange]]:
+    """Each model trained with ``sync="async"`` whose service can be reached, and its exchange."""
     from ..state import engine
 
-    plans = list(engine.training_plans.values())
-    syncs = [getattr(p, "sync", None) for p in plans]
-    found = [getattr(s, "exchange", None) for s in syncs]
-    return [e for e in found if e is not None and e.gone is None]
+    out = []
+    for model, plan in list(engine.training_plans.items()):
+        exchange = getattr(getattr(plan, "sync", None), "exchange", None)
+        if exchange is not None and exchange.gone is None:
+            out.append((model, exchange))
+    return out
 
 
-def _each(step: str) -> None:
-    """``step`` of every live exchange; one whose service is gone says so in one line and is
-    left out from now on (its next ``opt.step()`` says so again)."""
-    for exchange in _exchanges():
+def _exchanges() -> list[Exchange]:
+    return [e for _, e in _live()]
+
+
+def _each(step: str, arg: Callable[[Any], Any] | None = None) -> None:
+    """``step`` of every live exchange (given ``arg(model)``, when given); one whose service is
+    gone says so in one line and is left out from now on (its next ``opt.step()`` says so
+    again)."""
+    for model, exchange in _live():
         try:
-            getattr(exchange, step)()
+            getattr(exchange, step)(*(() if arg is None else (arg(model),)))
         except (OSError, UsageError) as exc:
             if exchange.gone is None:
                 exchange.lose(exc)
@@ -345,8 +361,15 @@ def _each(step: str) -> None:
 
 
 def begin_cell() -> None:
-    """A cell starts: every async rank takes the latest global model."""
-    _each("begin_cell")
+    """A cell starts: every async rank takes the latest global model. A model a name of the
+    person's holds tells the kernel at once that its rank trains on if another is lost; any
+    other (held inside something, or an old one a later ``prepare()`` left to the garbage
+    collector) tells it at its first step: a cell that trains another model (DDP) is not taken
+    to outlive a lost rank."""
+    from ..state import namespace
+
+    named = {id(v) for v in namespace().values()}
+    _each("begin_cell", lambda model: id(model) in named)
 
 
 def end_cell() -> None:

@@ -23,6 +23,7 @@ from clusters import REGRESSION, cluster_with, watched
 from processes import assert_gone
 
 from nbdist.config import CellOptions
+from nbdist.errors import DistributedCellError
 from nbdist.telemetry.store import RunStore
 
 # Defined on every rank: a small regression task, one batch per step and rank; each rank's
@@ -268,6 +269,35 @@ class TestAKilledRank:
         assert c.run("import torch.distributed as dist\ndist.get_world_size()") == 3
         c.stop()
         assert_gone([service])
+
+
+def test_a_later_ddp_cell_is_not_taken_to_outlive_a_lost_rank(capsys):
+    """An async model left behind (held in a list; or a name rebound, until the garbage
+    collector runs) by a later ``prepare()`` of DDP: a rank lost in a DDP cell ends the cell as
+    a loss; it is not said to train on without it (the DDP peers would wait on it)."""
+    ranks = cluster_with(2, HELPERS)
+    with contextlib.closing(ranks):
+        c = next(ranks)
+        c.run("model, opt, losses, _ = train(20, sync='async', sync_every=2)")
+        c.run(
+            "kept = [model, opt]\nnet = make_net()\n"
+            "model, opt = nbdist.prepare(net, torch.optim.SGD(net.parameters(), lr=0.05))"
+        )
+        capsys.readouterr()
+        with pytest.raises(DistributedCellError, match="rank 1") as failed:
+            c.run(
+                "x, y = batches(200, nbdist.rank())\nfor i in range(200):\n"
+                "    if i == 20 and nbdist.rank() == 1:\n"
+                "        os.kill(os.getpid(), signal.SIGKILL)\n"
+                "    if i == 20 and nbdist.rank() == 0:  # computing, not in a collective\n"
+                "        time.sleep(3)\n"
+                "    opt.zero_grad()\n    F.mse_loss(model(x[i]), y[i]).backward()\n"
+                "    opt.step()\n"
+            )
+        said = capsys.readouterr().out
+        assert "trains on without it" not in said, said
+        assert any(f.kind == "died" and f.rank == 1 for f in failed.value.failures)
+        assert c.run("import torch.distributed as dist\ndist.get_world_size()") == 2
 
 
 def test_rank_0_may_die_too(capsys):
