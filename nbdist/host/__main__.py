@@ -12,7 +12,12 @@ over a Unix socket beside the record (owner-only, like the record): one JSON lin
 
 ``{"op": "spawn", "n": N}``: start N more engines; the reply ``{"ids": [...], "pids": [...]}``
 (refused when the cluster would have more live engines than ``limits.max_engines()``).
-``{"op": "watch"}``: the host writes ``{"exit": PID, "status": S}`` for each engine that ends.
+``{"op": "watch"}``: the host writes ``{"exit": PID, "status": S}`` for each engine that ends,
+until the kernel closes the connection (or dies): then the host drops it.
+
+A host killed without a word (SIGKILL, the OOM killer) leaves its record, socket and lease file:
+each host removes those of hosts that are gone when it starts (and an attached kernel removes
+its own host's, ``engines.hosted``), so they never pile up.
 """
 
 from __future__ import annotations
@@ -72,9 +77,8 @@ class _Control:
             req = json.loads(line or "{}")
             op = req.get("op")
             if op == "watch":
-                with self._lock:
-                    self._watchers.append(conn)
-                return  # kept open; _forward_exits writes to it
+                self._watch(conn)
+                return
             if op == "spawn":
                 reply = self._spawn(req.get("n", 1))
             else:
@@ -84,6 +88,22 @@ class _Control:
         try:
             conn.sendall((json.dumps(reply) + "\n").encode())
         finally:
+            conn.close()
+
+    def _watch(self, conn: socket.socket) -> None:
+        """Keep ``conn`` for ``_forward_exits`` while its kernel holds it: a watcher says
+        nothing more, so its end (EOF, or a reset: the kernel died) is what is read here."""
+        with self._lock:
+            self._watchers.append(conn)
+        try:
+            while conn.recv(512):
+                pass
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                if conn in self._watchers:
+                    self._watchers.remove(conn)
             conn.close()
 
     def _spawn(self, count: object) -> dict:
@@ -121,7 +141,10 @@ class _Control:
         self._sock.close()
         with self._lock:
             for w in self._watchers:
-                w.close()
+                try:  # wakes its _watch thread, which closes it
+                    w.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
             self._watchers.clear()
 
 
@@ -144,6 +167,13 @@ class _Record:
         with self._lock:
             self.value = replace(self.value, engines=(*self.value.engines, *engines))
             registry.write(self.value)
+
+
+def _forget_dead_hosts() -> None:
+    """Remove the record, socket and lease of every host that is gone (it could not)."""
+    for rec in registry.read_all():
+        if not registry.host_alive(rec.pid):
+            registry.remove(rec.pid)
 
 
 def _watch_parent(stop: threading.Event, period: float = 0.5) -> None:
@@ -172,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     record = _Record(pid, args.n)
     control = cluster = None
     try:
+        _forget_dead_hosts()
         from ..notebook import session  # torch comes in here, in this process only
 
         t0 = time.perf_counter()

@@ -7,6 +7,10 @@ its control socket (owner-only, beside its record): one JSON line a request.
 One notebook at a time: two kernels driving the same engines would deadlock each other's
 collectives. ``start`` takes the cluster's lease (``Lease``) and ``stop`` gives it back; the
 operating system gives it back when the kernel exits, however it exits.
+
+A host that dies without a word (SIGKILL, the OOM killer) cannot remove its record, socket and
+lease file: the attached kernel, which sees its control connection end, closes its end of both
+and removes the host's files (``host_gone`` is then set).
 """
 
 from __future__ import annotations
@@ -93,8 +97,10 @@ class HostedEngines(OnThisMachine):
         self.engine_pids = Pids(s.pid for s in record.slots)
         self.exits = queue.Queue()
         self.client = None
+        self.host_gone = threading.Event()  # the host died: its socket, lease and files dropped
         self._watch: socket.socket | None = None
         self._lease: Lease | None = None
+        self._closing = threading.Lock()  # stop and the watch's end close the same descriptors
 
     def start(self) -> ipp.Client:
         """Take the cluster's lease, connect to the controller and the host; the client once it
@@ -124,6 +130,23 @@ class HostedEngines(OnThisMachine):
                 self.exits.put(EngineExit(int(msg["exit"]), int(msg["status"])))
         except (OSError, ValueError):
             pass  # the host or this kernel closed the connection
+        if not registry.host_alive(self.host_pid):  # killed: it left all behind
+            self._disconnect()
+            registry.remove(self.host_pid)
+            self.host_gone.set()
+
+    def _disconnect(self) -> None:
+        """Close the control connection and give the lease back (once, from either thread)."""
+        with self._closing:
+            if self._watch is not None:
+                try:  # a close alone waits for the reader's file: the host would never know
+                    self._watch.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # never connected, or the host is gone
+                self._watch.close()
+            if self._lease is not None:
+                self._lease.release()
+                self._lease = None
 
     def add_engines(self, n: int, known: set[int]) -> list[int]:
         """Ask the host for ``n`` more engines; return their ids once this client sees them."""
@@ -148,11 +171,4 @@ class HostedEngines(OnThisMachine):
         """Disconnect and give the lease back; the engines keep running for the host."""
         close_quietly(self.client)
         self.client = None
-        if self._watch is not None:
-            try:
-                self._watch.close()
-            except OSError:
-                pass
-        if self._lease is not None:
-            self._lease.release()
-            self._lease = None
+        self._disconnect()
