@@ -45,7 +45,8 @@ FORMAT = 2  # payloads hold only what a weights-only load accepts
 #: The first torch whose weights-only loader has no known way to run code (CVE-2025-32434).
 SAFE_TORCH = "2.6"
 _NAME = re.compile(r"step-([0-9]+)\.(pt|dcp)")  # names are matched whole (fullmatch)
-_TEMP = re.compile(r"\.step-[0-9]+\.(pt|json|dcp)\.(?P<host>.+)\.(?P<pid>[0-9]+)\.tmp")
+#: A writer's temporary file or folder, or a snapshot being sent (``snapshot``): its host, pid.
+_TEMP = re.compile(r"\.(step-[0-9]+\.(pt|json|dcp)|upload)\.(?P<host>.+)\.(?P<pid>[0-9]+)\.tmp")
 _SHARD = re.compile(r"\.?[A-Za-z0-9_][A-Za-z0-9_.]{0,99}")  # a file DCP writes
 
 
@@ -116,12 +117,26 @@ def write(folder: Path, step: int, data: bytes) -> None:
 
 def complete(folder: Path) -> list[tuple[int, Path]]:
     """The checkpoints with a marker, as (step, data file or folder), newest first."""
-    found = []
-    for f in folder.glob("step-*"):
-        m = _NAME.fullmatch(f.name)
-        if m and f.with_suffix(".json").exists():
-            found.append((int(m.group(1)), f))
-    return sorted(found, key=lambda sf: sf[0], reverse=True)
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [(step, folder / name) for step, name in marked(names)]
+
+
+def marked(names: list[str]) -> list[tuple[int, str]]:
+    """The checkpoints among ``names`` (a folder's entries) whose marker is among them too, as
+    (step, name of the data file or folder), newest first."""
+    there = set(names)
+    found = [
+        (int(m.group(1)), n) for n in there if (m := _NAME.fullmatch(n)) and marker_name(n) in there
+    ]
+    return sorted(found, key=lambda sn: sn[0], reverse=True)
+
+
+def marker_name(name: str) -> str:
+    """The name of the marker of the checkpoint whose data is ``name``."""
+    return name.rpartition(".")[0] + ".json"
 
 
 def remove(path: Path) -> None:
@@ -155,7 +170,7 @@ def prune(folder: Path, keep: int) -> None:
         if m and int(m.group(1)) < newest and not f.with_suffix(".json").exists():
             remove(f)
     here = socket.gethostname()
-    for f in folder.glob(".step-*.tmp"):
+    for f in folder.glob(".*.tmp"):
         m = _TEMP.fullmatch(f.name)
         if m and m["host"] == here and not _alive(int(m["pid"])):
             remove(f)

@@ -1,10 +1,11 @@
-"""Which run a checkpoint folder belongs to: ``claim``.
+"""Which run a checkpoint folder belongs to: ``claim``, ``run_of``.
 
-A folder belongs to one run at a time: ``run.json`` names the run that writes there (its id, kept
-across nbdist's restarts and replays). A new run under a name that holds an earlier run's
-checkpoints (of either format: ``files.complete``) starts afresh, and those move aside to
-``<name>.earlier-<time>`` beside it (nothing is deleted), unless the person asked to resume
-(``--resume``).
+A folder belongs to one run at a time: ``run.json`` (written atomically, 0600) names the run
+that writes there (its id, kept across nbdist's restarts and replays, which its checkpoint
+events carry too: a tracker sends a folder only while it is that run's, ``snapshot``). A new
+run under a name that holds an earlier run's checkpoints (of either format: ``files.complete``)
+starts afresh, and those move aside to ``<name>.earlier-<time>`` beside it (nothing is
+deleted), unless the person asked to resume (``--resume``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from ...errors import UsageError
 from . import files, folders
 
-_CLAIM = "run.json"  # which run writes into the folder
+RECORD = "run.json"  # which run writes into the folder
 
 
 def claim(folder: Path, run_id: str, resume: bool) -> str:
@@ -41,9 +42,9 @@ def claim(folder: Path, run_id: str, resume: bool) -> str:
         folders.prepare(folder)
     try:
         record = json.dumps({"run": run_id, "at": time.time()}).encode()
-        files.write_atomic(folder / _CLAIM, record)
+        files.write_atomic(folder / RECORD, record)
     except OSError as e:
-        raise files.storage_error(f"write {_CLAIM}", folder, e) from None
+        raise files.storage_error(f"write {RECORD}", folder, e) from None
     if done and not resume:
         return (
             f"nbdist: run {folder.name!r} already had checkpoints ({done[0][0] + 1} steps done) "
@@ -57,9 +58,18 @@ def claim(folder: Path, run_id: str, resume: bool) -> str:
 
 def _owner(folder: Path) -> str | None:
     try:
-        return json.loads((folder / _CLAIM).read_text()).get("run")
-    except (OSError, ValueError, AttributeError):
+        return run_of((folder / RECORD).read_bytes())
+    except OSError:
         return None
+
+
+def run_of(record: bytes | None) -> str | None:
+    """The run a folder's record (``RECORD``'s bytes) names; None for none, or a bad record."""
+    try:
+        run = json.loads(record or b"null").get("run")
+    except (ValueError, AttributeError):
+        return None
+    return run if isinstance(run, str) else None
 
 
 def _aside(folder: Path) -> Path:

@@ -225,7 +225,8 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
     buf = io.BytesIO()
     torch.save(payload, buf)
     files.write(folder, step, buf.getvalue())
-    event("checkpoint", f"checkpoint of step {step} written", step=step, folder=str(folder))
+    written = f"checkpoint of step {step} written"
+    event("checkpoint", written, step=step, folder=str(folder), run=engine.run_id)
     files.prune(folder, keep)
 
 

@@ -171,7 +171,7 @@ def save(step: int, folder_of: Callable[[], Path], keep: int, state: dict, recor
     _from_rank0(finish)  # every rank raises rank 0's failure to commit
     if rank == 0:
         written = f"checkpoint of step {step} written"
-        event("checkpoint", written, step=step, folder=str(folder))
+        event("checkpoint", written, step=step, folder=str(folder), run=engine.run_id)
         files.prune(folder, keep)
 
 
