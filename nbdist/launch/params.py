@@ -66,6 +66,8 @@ HANDSHAKES_MAX = 16
 CLIENTS_PER_RANK = 4
 #: Bytes of an ``ERROR`` frame's line, at most.
 ERROR_MAX = 1000
+#: Seconds a refused request's payload is read (and dropped) for, after the refusal.
+DRAIN_WAIT = 2.0
 DTYPES = {4: np.float32, 8: np.float64}  # a flat vector's dtype, by its item size (``extra``)
 
 
@@ -239,9 +241,18 @@ def _handshake(conn: socket.socket, key: bytes, wait: float) -> int | None:
     return hello.rank
 
 
-def _refuse(conn: socket.socket, why: str) -> None:
+def _refuse(conn: socket.socket, why: str, unread: int = 0) -> None:
+    """Say ``why`` in one line, then read and drop the ``unread`` bytes of payload that follow
+    for up to ``DRAIN_WAIT`` s, in a small buffer: the sender reads the line, not a reset."""
     line = f"the parameter service refused {why}"
     send(conn, Frame(ERROR, payload=line.encode()[:ERROR_MAX]))
+    deadline, sink = time.monotonic() + DRAIN_WAIT, memoryview(bytearray(1 << 16))
+    while unread > 0 and (left := deadline - time.monotonic()) > 0:
+        conn.settimeout(left)
+        got = conn.recv_into(sink[: min(unread, len(sink))])
+        if got == 0:
+            return
+        unread -= got
 
 
 def _requests(conn: socket.socket, model: Model) -> None:
@@ -255,7 +266,7 @@ def _requests(conn: socket.socket, model: Model) -> None:
             except MemoryError:
                 why = f"a {NAMES[f.kind]} of {n} bytes: no memory for it here"
         if why is not None:
-            _refuse(conn, why)
+            _refuse(conn, why, n)
             return
         if f.kind == INIT:
             model.init(f.payload, f.extra)

@@ -206,8 +206,12 @@ def test_a_ranks_frame_too_large_for_the_model_is_refused_in_one_line():
             "the parameter service refused a PUSH of 419430400 bytes: the model has 16"
         )
         assert _status(proc.pid, "VmHWM") - before < 32 * 1024
-        assert _refused(Link("127.0.0.1", port, key, 0), _header(service.SEED, 8)) == (
-            "the parameter service refused a SEED of 8 bytes: the model has 16"
+        wrong = Link("127.0.0.1", port, key, 0)  # a whole model of the wrong size, sent
+        wrong.sock.settimeout(10)
+        with pytest.raises(service.Refused) as refused:  # the line, not a reset
+            wrong.ask(service.Frame(service.SEED, version=9, payload=np.zeros(4 * MIB)))
+        assert str(refused.value) == (
+            "the parameter service refused a SEED of 33554432 bytes: the model has 16"
         )
         assert keeper.ask(service.Frame(service.PULL)).version == 0
         keeper.close()
