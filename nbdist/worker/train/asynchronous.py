@@ -294,6 +294,9 @@ class Exchange:
     def lose(self, exc: BaseException) -> None:
         """The service cannot be reached (``exc``): this exchange is done for."""
         self.error, self.flight = None, None
+        if isinstance(exc, service.Refused):  # its own line says what and why
+            self.gone = f"sync='async': {exc}: prepare the model and its optimizer again"
+            return
         self.gone = (
             f"sync='async': the parameter service cannot be reached ({type(exc).__name__}: "
             f"{exc}): prepare the model and its optimizer again"
