@@ -54,7 +54,7 @@ for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.int32):
         dist.all_reduce(b, op=op, group=fast.process_group)
         ops.append(torch.equal(a, b))
 seen = (dist.get_backend(fast.process_group), dist.get_backend(plain.process_group),
-        dist.get_backend(), fast.process_group.exchange._rounds > 0, same, all(ops),
+        dist.get_backend(), fast.process_group.exchange._seq > 0, same, all(ops),
         sorted(glob.glob('/dev/shm/nbdist-shm-*')) == before)
 """
 )
