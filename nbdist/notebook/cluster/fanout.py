@@ -15,7 +15,7 @@ ended, or the controller dropped it) is not asked, and every caller (pull, gathe
 (``lost``): what happened to its engine, and that the next cell gives the rank a fresh one.
 What ipyparallel's client would keep of every call for good (its id in the history, the
 records of a call whose engine died) is dropped (``forget``): a kernel that runs thousands of
-cells keeps none of it.
+cells keeps none of it. What it keeps of a call's printed output is bounded (``streams``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ...errors import NbdistError
+from .streams import bounded
 
 K = TypeVar("K", bound=Hashable)
 
@@ -166,6 +167,7 @@ def _send_all(client, fn: Callable, calls: Mapping[K, tuple[int, Any]]) -> dict[
     if engines is None:  # not ipyparallel's client (a test's): through its views
         return {key: _by_view(client, eid, fn, args) for key, (eid, args) in calls.items()}
     f = PrePickled(fn)
+    hook = bounded(client)  # each request's record keeps its streams bounded (``streams``)
     out = {}
     for key, (eid, args) in calls.items():
         ident = engines.get(eid)
@@ -174,7 +176,13 @@ def _send_all(client, fn: Callable, calls: Mapping[K, tuple[int, Any]]) -> dict[
             continue
         packed = [a if isinstance(a, PrePickled) else PrePickled(a) for a in args]
         future = client.send_apply_request(
-            client._mux_stream, f, packed, {}, ident=ident.encode("utf8"), metadata={"label": None}
+            client._mux_stream,
+            f,
+            packed,
+            {},
+            ident=ident.encode("utf8"),
+            metadata={"label": None},
+            message_future_hook=hook,
         )
         out[key] = Reply(future, eid)
     return out

@@ -15,7 +15,8 @@ What a rank prints is bounded in the kernel and under the cell, however long the
 line over ``LINE_LIMIT`` characters keeps its start and its end, with a note of how many were
 left out between; past ``SHOWN_LIMIT`` characters printed, a rank's further lines are held
 back, only the last ``TAIL_LIMIT`` characters of them kept, and shown when the cell ends after
-one line that says how many were left out.
+one line that says how many were left out. ipyparallel's client's copy of the streams is bounded
+too, and read a chunk at a time (``cluster.streams``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, TextIO
 
 from ...config import CellOptions
 from ..board.lines import arrived, shown
+from ..cluster.streams import Streams
 
 LIVE_EVERY = 0.25  # seconds between updates of a line rewritten in place
 LINE_LIMIT = 10_000  # characters of one line shown: its start and end, the middle counted
@@ -321,12 +323,11 @@ class RankStreams:
 
     def read(self, metadata: dict, final: bool = False) -> bool:
         """Take what the rank sent since the last read (``metadata``: ipyparallel's, filled in
-        by its client), showing it when shown; whether any text arrived."""
+        by its client; fanout's requests' a ``Streams``, which hands over each chunk once),
+        showing it when shown; whether any text arrived."""
         news = False
         for name in ("stdout", "stderr"):
-            text = metadata.get(name) or ""
-            new = arrived(self.seen[name], text)
-            self.seen[name] = text
+            new = self._arrived(metadata, name)
             news = news or bool(new)
             if self.output is not None and (new or final):
                 self.output.write(name, new, final)
@@ -338,6 +339,14 @@ class RankStreams:
                 _republish(out)
         self.outputs = len(outputs)
         return news
+
+    def _arrived(self, metadata: dict, name: str) -> str:
+        if isinstance(metadata, Streams):  # the chunks since the last take: none read twice
+            return metadata.take(name)
+        text = metadata.get(name) or ""  # another client's record: the whole stream, diffed
+        new = arrived(self.seen[name], text)
+        self.seen[name] = text
+        return new
 
 
 def _republish(out: dict) -> None:
