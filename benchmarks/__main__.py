@@ -48,6 +48,7 @@ BENCHMARKS = (
     "bench_debug",
     "bench_server",
     "bench_memory",
+    "bench_output_soak",
 )
 
 _FIELDS = {f.name for f in dataclasses.fields(Result)}
