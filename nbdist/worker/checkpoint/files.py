@@ -119,7 +119,7 @@ def complete(folder: Path) -> list[tuple[int, Path]]:
     """The checkpoints with a marker, as (step, data file or folder), newest first."""
     try:
         names = os.listdir(folder)
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:  # none there, or not a folder we can list
         return []
     return [(step, folder / name) for step, name in marked(names)]
 

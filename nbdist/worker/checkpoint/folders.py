@@ -87,8 +87,8 @@ def _make_dirs(folder: Path) -> None:
     try:
         os.mkdir(folder, 0o700)
     except FileNotFoundError:
-        if folder.parent == folder:
-            raise
+        if folder.parent == folder or folder.parent.exists():
+            raise  # its parent is there: nothing can be made in it (/proc)
         _make_dirs(folder.parent)
         _make_dirs(folder)
         return

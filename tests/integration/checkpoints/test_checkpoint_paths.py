@@ -180,6 +180,15 @@ def test_a_link_in_the_run_folders_place_is_refused(shared, tmp_path):
     assert list(mine.iterdir()) == []
 
 
+def test_a_folder_where_nothing_can_be_made_is_one_line():
+    with pytest.raises(UsageError) as e:
+        folders.prepare(Path("/proc/nbdist-checkpoints/r"))
+    assert str(e.value) == (
+        "checkpoint folder /proc/nbdist-checkpoints is not writable (No such file or directory): "
+        "pass dir= a folder you can write, or set NBDIST_DATA_DIR"
+    )
+
+
 def test_a_run_folder_made_meanwhile_by_this_user_is_taken(shared):
     folder = folders.run_folder(shared, "r")
     folder.mkdir(mode=0o700)  # another rank of this run, on this host, was first
