@@ -29,7 +29,8 @@ engine ends, the server says ``exit PID STATUS`` at once (STATUS as ``os.waitsta
 negative for a signal), which is how the notebook learns of a dead engine within milliseconds.
 Runs as ``python -m nbdist.launch.forkserver IDLE``: a server that no ``cluster`` has claimed
 within IDLE seconds leaves (the kernel starts one ahead of need, at ``%load_ext nbdist``: see
-``nbdist.notebook.cluster.engines.forks``).
+``nbdist.notebook.cluster.engines.forks``). As it starts, it removes the shared-memory
+segments whose maker is gone (``nbdist.worker.collectives.segments``).
 """
 
 from __future__ import annotations
@@ -286,9 +287,22 @@ def _cancel(ident: bytes) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _sweep() -> None:
+    """Remove the shared-memory segments whose maker is gone (a rank 0 killed while its group
+    formed): on a container's small /dev/shm the next group would find no room."""
+    try:
+        from nbdist.worker.collectives import segments
+
+        segments.sweep()
+    except Exception:  # the server starts all the same
+        traceback.print_exc()
+        sys.stderr.flush()
+
+
 def main() -> None:
     unclaimed_until = time.monotonic() + float(sys.argv[1])
     title.name(title.of("forkserver"))  # a spare, until a cluster claims it
+    _sweep()
     import nbdist.launch.lifeline as lifeline
 
     kernel = lifeline.parent_check()

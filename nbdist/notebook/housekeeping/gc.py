@@ -1,7 +1,8 @@
 """``nbdist.gc()``, ``%nbdist gc`` and the data folder's line in ``%nbdist status``.
 
 ``gc()`` works out what the retention rule (``config.Retention``; a keyword changes one of its
-settings) frees of the data folder and returns that plan, which shows itself; nothing is freed
+settings) frees of the data folder, with the shared-memory segments whose maker is gone
+(``worker.collectives.segments``), and returns that plan, which shows itself; nothing is freed
 until asked: ``plan.free()``, ``gc(dry_run=False)``, or ``%nbdist gc --yes``. Two steps rather
 than a question: a cell that waits for an answer blocks the kernel, and fails where nobody
 answers (nbconvert, papermill). The plan is worked out again at the moment of freeing, and only
@@ -23,10 +24,11 @@ from ... import config, datadir
 from ...config import Retention
 from ...errors import UsageError
 from ...telemetry.store import RunStore
+from ...worker.collectives import segments
 from .. import session
 from . import census, inuse
 from .census import human
-from .plan import Plan, make, shown_path
+from .plan import Item, Plan, make, shown_path
 
 #: Entries the status line's walk looks at, at most (a checkpoint folder holds a few files).
 STATUS_LIMIT = 20_000
@@ -56,14 +58,16 @@ def plan(rule: Retention | None = None, limit: int | None = None) -> Plan:
     rule = rule or Retention()
     root = datadir.check()  # one line when the folder is not fit; None: there is none yet
     if root is None:
-        return Plan(config.data_dir(), rule)
-    store = RunStore()
-    try:
-        runs = store.list_runs(limit=_ALL_RUNS)
-    except sqlite3.Error:  # being written this moment, or damaged: runs are left alone
-        runs = None
-    use = inuse.look(root, runs, session.current(required=False))
-    p = make(census.take(root, limit), use, runs, rule, store)
+        p = Plan(config.data_dir(), rule)
+    else:
+        store = RunStore()
+        try:
+            runs = store.list_runs(limit=_ALL_RUNS)
+        except sqlite3.Error:  # being written this moment, or damaged: runs are left alone
+            runs = None
+        use = inuse.look(root, runs, session.current(required=False))
+        p = make(census.take(root, limit), use, runs, rule, store)
+    p.items += [Item("segments", str(s.path), s.bytes, s.path) for s in segments.leftovers()]
     p.recheck = lambda: plan(rule)
     return p
 

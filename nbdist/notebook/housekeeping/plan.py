@@ -11,7 +11,9 @@
 - logs: the log folders (and controller logs) of clusters that are gone, beyond the last
   ``keep_logs`` clusters'; logs kept that are over ``log_bytes`` are rotated (``engines.logs``);
 - clusters: what clusters and hosts that are gone left: cluster and connection files, hub
-  states, a dead host's record, socket and lease (``records.registry.remove``).
+  states, a dead host's record, socket and lease (``records.registry.remove``);
+- segments: outside the data folder, shared-memory files (``/dev/shm/nbdist-shm-*``) whose
+  maker is gone (``worker.collectives.segments``: added by ``gc.plan``, removed through it).
 
 ``Plan.free`` looks again first (``recheck``) and frees only what the plan showed and the rule
 still lets go now: a cluster started since keeps its files.
@@ -32,11 +34,12 @@ from pathlib import Path
 from ...config import Retention
 from ...records import registry
 from ...telemetry.store import RunStore
+from ...worker.collectives import segments
 from ..cluster.engines import logs
 from .census import Census, Entry, human
 from .inuse import InUse
 
-KINDS = ("checkpoints", "runs", "logs", "clusters")
+KINDS = ("checkpoints", "runs", "logs", "clusters", "segments")
 _CONTROLLER_LOG = re.compile(r"ipcontroller-(?P<cid>.+)-\d+\.log(\.1)?")
 _HUB_STATE = re.compile(r"engines(?P<cid>.+)\.json")
 _SECURITY = re.compile(r"cluster-(?P<cid>.+)\.json|ipcontroller-(?P<conn>.+)-(client|engine)\.json")
@@ -115,6 +118,9 @@ class Plan:
         if item.host is not None:
             registry.remove(item.host)
         if item.path is None:
+            return
+        if item.kind == "segments":
+            segments.remove(item.path)  # only if its maker is still gone
             return
         if item.rotate:
             logs.rotate(item.path, self.rule.log_bytes)

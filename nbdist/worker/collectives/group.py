@@ -18,6 +18,7 @@ every rank agrees, through the group's store, and DDP keeps the default group.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -32,13 +33,12 @@ from torch.distributed import ProcessGroupGloo
 
 from .. import groups, rendezvous
 from ..state import engine
-from . import counting, shared_memory
+from . import counting, segments, shared_memory
 
 #: The backend name of the group (``dist.get_backend(model.process_group)``).
 NAME = "nbdist_shm"
 _SLOT_MAX = 4 << 20  # bytes a rank moves a round
 _SEGMENT_MAX = 64 << 20  # bytes of a segment, whatever the ranks (a container's /dev/shm: 64 MiB)
-_DIRS = ("/dev/shm", tempfile.gettempdir())
 
 
 class LocalGroup(dist.ProcessGroup):
@@ -122,57 +122,63 @@ def _identity() -> str:
 
 def _make(nbytes: int) -> tuple[int, str]:
     """A new file of ``nbytes`` (its blocks allocated: a full tmpfs fails here, not with a
-    SIGBUS mid-step), readable by its owner alone; its descriptor and path."""
+    SIGBUS mid-step), readable by its owner alone, named for this process (``segments``); its
+    descriptor and path. Whatever stops it midway takes the file away again."""
     last: OSError | None = None
-    for folder in _DIRS:
+    for folder in segments.folders():
         try:
-            fd, path = tempfile.mkstemp(prefix="nbdist-shm-", dir=folder)
+            fd, path = tempfile.mkstemp(prefix=segments.prefix(), dir=folder)
         except OSError as e:
             last = e
             continue
         try:
             os.posix_fallocate(fd, 0, nbytes)
             return fd, path
-        except OSError as e:
+        except BaseException as e:  # no room, or an interrupt while it allocates
             os.close(fd)
             os.unlink(path)
+            if not isinstance(e, OSError):
+                raise
             last = e
     raise last or OSError("no folder for shared memory")
 
 
 def _open(store, rank: int, size: int, timeout: float) -> shared_memory.Exchange | None:
-    """Map one segment on every rank, or on none: the ranks agree through ``store``."""
+    """Map one segment on every rank, or on none: the ranks agree through ``store``. However
+    the agreement ends (a peer gone, an interrupt), rank 0 unlinks the file and every rank
+    closes its descriptor: only a mapping stays."""
     if size < 2:
         return None
     slot = _slot(size)
     nbytes = shared_memory.segment_bytes(size, slot)
     fd, path, mine = -1, "", "no"
     try:
-        if not shared_memory.supported():
-            raise OSError("not x86-64 Linux")
-        if rank == 0:
-            fd, path = _make(nbytes)
-            store.set("shm/path", path)
-        else:
-            path = store.get("shm/path").decode()
-            fd = os.open(path, os.O_RDWR) if path else -1
-            st = os.fstat(fd) if fd >= 0 else None
-            if st is None or st.st_uid != os.getuid() or st.st_size != nbytes:
-                raise OSError(f"cannot use {path!r}")
-        mine = f"{_identity()} {os.getpid()}"
-    except OSError:
-        if rank == 0 and not path:
-            store.set("shm/path", "")
-    store.set(f"shm/ok/{rank}", mine)
-    said = [store.get(f"shm/ok/{k}").decode() for k in range(size)]
-    if rank == 0 and path:
-        os.unlink(path)  # every rank has it open (or gave up): nothing is left behind
-    try:
+        try:
+            if not shared_memory.supported():
+                raise OSError("not x86-64 Linux")
+            if rank == 0:
+                fd, path = _make(nbytes)
+                store.set("shm/path", path)
+            else:
+                path = store.get("shm/path").decode()
+                fd = os.open(path, os.O_RDWR) if path else -1
+                st = os.fstat(fd) if fd >= 0 else None
+                if st is None or st.st_uid != os.getuid() or st.st_size != nbytes:
+                    raise OSError(f"cannot use {path!r}")
+            mine = f"{_identity()} {os.getpid()}"
+        except OSError:
+            if rank == 0 and not path:
+                store.set("shm/path", "")
+        store.set(f"shm/ok/{rank}", mine)
+        said = [store.get(f"shm/ok/{k}").decode() for k in range(size)]
         if "no" in said or len({s.split()[0] for s in said}) != 1:
             return None
         pids = [int(s.split()[1]) for s in said]
         return shared_memory.Exchange(fd, rank, size, slot, pids, timeout)
     finally:
+        if rank == 0 and path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # every rank has it open, gave up, or never will
         if fd >= 0:
             os.close(fd)  # the mapping stays
 
