@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import config
 from .errors import UsageError
+from .paths import others_may_write
 
 _FIX = f"set {config.DATA_DIR_ENV} to a folder of your own"
 _EFFECTIVE = os.access in os.supports_effective_ids
@@ -30,7 +31,7 @@ def _unfit(path: Path, st: os.stat_result) -> str | None:
             f"nbdist's data folder {path} belongs to another user (uid {st.st_uid}), so records "
             f"there could be planted: {_FIX}"
         )
-    if st.st_mode & 0o022:
+    if others_may_write(st):
         return (
             f"nbdist's data folder {path} can be written by other users (mode "
             f"{stat.S_IMODE(st.st_mode):o}): chmod go-w {path}, or {_FIX}"

@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 
 from ...errors import UsageError
+from ...paths import others_may_write
 from . import files
 
 _RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -71,7 +72,7 @@ def _refuse_untrusted(folder: Path, st: os.stat_result) -> None:
             f"checkpoint folder {folder} belongs to another user (uid {st.st_uid}), who could "
             f"plant checkpoints there: {fix}"
         )
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+    if others_may_write(st) and not st.st_mode & stat.S_ISVTX:
         raise UsageError(
             f"checkpoint folder {folder} can be written by other users (mode "
             f"{stat.S_IMODE(st.st_mode):o}), who could plant checkpoints there: {fix}"

@@ -6,6 +6,7 @@ checkpoints that verify; a ``dir=`` others may write is refused; an unsafe torch
 
 from __future__ import annotations
 
+import grp
 import io
 import os
 import stat
@@ -104,6 +105,14 @@ def test_pruning_keeps_the_newest_that_verify(tmp_path):
     ]
 
 
+def _shared_group(path) -> None:
+    """``path``'s group one that others are in (staff): a user's private group, named after
+    them with no one else in it, would make group-writable theirs alone (``paths``)."""
+    if os.geteuid() != 0:
+        pytest.skip("chown to a shared group needs root")
+    os.chown(path, -1, grp.getgrnam("staff").gr_gid)
+
+
 def test_a_checkpoint_dir_others_may_write_is_refused(cluster, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -113,6 +122,7 @@ def test_a_checkpoint_dir_others_may_write_is_refused(cluster, tmp_path):
     shared.chmod(0o777 | stat.S_ISVTX)  # like /tmp: others cannot move what is ours
     assert cluster.run(f"nbdist.restore(dir={str(shared)!r}, run='r', w={{}})") == 0
     (shared / "r").chmod(0o770)
+    _shared_group(shared / "r")
     with pytest.raises(DistributedCellError, match=r"shared/r can be written by other users"):
         cluster.run(f"nbdist.restore(dir={str(shared)!r}, run='r', w={{}})")
 
