@@ -54,7 +54,8 @@ def bounded(client: Any) -> Callable[[Any], None]:
 
 class Streams(Metadata):
     """ipyparallel's record of one request (a ``Metadata``), its streams bounded: ``take(name)``
-    gives what arrived on stream ``name`` since the last take; ``get(name)`` its end."""
+    gives what arrived on stream ``name`` since the last take; ``get(name)`` its end.
+    ``md[name]`` is the client's handler's door, and reads a marker: read streams otherwise."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
