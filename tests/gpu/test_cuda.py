@@ -282,6 +282,24 @@ class TestOneGpu:
         [stored] = store_of(mon).health(mon.run_id)
         assert stored["gpu_mem"] >= 4096 * 4096 * 4 and stored["gpu_util"] is not None
 
+    def test_metrics_as_cuda_tensors_are_read_off_the_training_thread(self, gpu):
+        """``acc=(pred == y).float().mean()`` on the GPU: left to the sender to read (the step
+        does not wait for the device), and in the store as a number."""
+        src = (
+            "pred = torch.arange(4, device=nbdist.device())\n"
+            "y = torch.tensor([0, 1, 0, 0], device=nbdist.device())\n"
+            "for i in range(5):\n"
+            "    nbdist.report(step=i, loss=torch.tensor(1.0, device=nbdist.device()),\n"
+            "                  acc=(pred == y).float().mean(), hits=(pred == y).sum())\n"
+            "torch.cuda.synchronize()\n"
+        )
+        opts = CellOptions()
+        mon = watched(gpu, src, opts)
+        gpu.run(src, opts, watch=mon)
+        rows = store_of(mon).metrics(mon.run_id)
+        assert [r["extra"] for r in rows] == [{"acc": 0.5, "hits": 2.0}] * 5
+        assert [r["loss"] for r in rows] == [1.0] * 5
+
     # -- (f) engines forked from the warm fork server -----------------------------------------
     def test_forked_engines_use_cuda_and_the_fork_server_never_touched_it(self, gpu):
         bad_fork, initialized, pid = gpu.run(
