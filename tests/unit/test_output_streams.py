@@ -15,7 +15,7 @@ from ipyparallel.client.client import Client, Metadata
 
 from nbdist.notebook.board.lines import last_lines
 from nbdist.notebook.cluster import streams
-from nbdist.notebook.cluster.streams import KEEP, PENDING, Streams
+from nbdist.notebook.cluster.streams import HELD_MOST, KEEP, PENDING, Streams
 from nbdist.notebook.run import output
 from nbdist.notebook.run.output import RankStreams
 from nbdist.worker.console import _LineKeeper
@@ -178,3 +178,17 @@ def test_a_reader_that_falls_behind_loses_the_oldest_and_is_told():
     assert lost + len(rest) == 2 * PENDING // len(line) * len(line)  # every character told
     assert rest.endswith(f"{2 * PENDING // len(line) - 1:09d}" + line[9:])  # the newest kept
     assert md.take("stdout") == ""
+
+
+def test_one_write_of_megabytes_is_held_to_its_end_and_the_rest_told():
+    """A rank that writes 5 MB at once arrives as one chunk: the record keeps its last
+    ``PENDING`` characters until taken, not all of it (CI's loaded kernel read it late)."""
+    md = Streams()
+    client = _client(md)
+    line = "log " + "y" * 195 + "\n"
+    _deliver(client, "stderr", line * 25_000)
+    assert md.held() <= HELD_MOST
+    text = md.take("stderr")
+    note, rest = text.lstrip("\n").split("\n", 1)
+    assert f"({25_000 * len(line) - PENDING:,} characters" in note
+    assert len(rest) == PENDING and rest.endswith(line)

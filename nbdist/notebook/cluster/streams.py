@@ -14,10 +14,14 @@ over) the chunk alone, and the write hands the chunk over. A chunk costs what it
 does, however long the cell has run, and the kernel keeps, per stream:
 
 - the chunks not taken yet (``take``: what the supervisor reads as it shows a rank's output),
-  at most ``PENDING`` characters: a reader that fell further behind loses the oldest, said in a
-  line of their own;
+  at most ``PENDING`` characters, a single chunk too: a reader that fell further behind (a
+  kernel busy elsewhere, a rank writing megabytes at once) loses the oldest, said in a line of
+  their own;
 - the stream's last ``KEEP`` to ``2 * KEEP`` characters as the client would have kept them
   (``md.get(name)``, which the board reads for a rank's last lines).
+
+So a request's record holds at most ``HELD_MOST`` characters of its streams, however much the
+rank prints and however late the supervisor reads.
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ from typing import Any
 from ipyparallel.client.client import Metadata
 
 KEEP = 100_000  # characters of a stream's end kept in the record (the board's last lines)
-PENDING = 4_000_000  # characters of a stream arrived and not taken yet, at most
+#: characters of a stream arrived and not taken yet, at most: as many as a cell shows of a
+#: rank's lines as they come (``run.output.SHOWN_LIMIT``)
+PENDING = 1_000_000
 STREAMS = ("stdout", "stderr")
+HELD_MOST = len(STREAMS) * (2 * KEEP + PENDING)  # characters one record holds, at most
 #: What the client's handler reads of a stream: the chunk it appends comes back behind it,
 #: unless its regex ate it with the chunk's first line (that line was redrawn with ``\\r``).
 _MARK = "\ue001\ue002"
@@ -101,7 +108,7 @@ class Streams(Metadata):
 
 class _Pending:
     """One stream's chunks not taken yet: put on the client's I/O thread, taken on the
-    kernel's; at most ``PENDING`` characters (and the last chunk), the oldest dropped."""
+    kernel's; at most ``PENDING`` characters, the oldest dropped."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -111,6 +118,9 @@ class _Pending:
 
     def put(self, chunk: str) -> None:
         with self.lock:
+            if len(chunk) > PENDING:  # one write of megabytes: its end, as a terminal shows
+                self.lost += len(chunk) - PENDING
+                chunk = chunk[-PENDING:]
             self.chunks.append(chunk)
             self.size += len(chunk)
             while self.size > PENDING and len(self.chunks) > 1:
