@@ -45,7 +45,7 @@ from ...errors import UsageError
 from .. import context
 from ..reporting.calls import event
 from ..state import engine
-from . import contents, files, folders, owner, sharded, statedicts
+from . import contents, files, folders, owner, positions, sharded, statedicts
 
 Folder = str | os.PathLike | None
 
@@ -190,9 +190,11 @@ def _check_args(where: str, keep: int, state: dict) -> None:
         raise UsageError(f"nbdist.{where}: keep must be a whole number >= 1, not {keep!r}")
 
 
-def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> None:
-    """Save ``state`` as the checkpoint of step ``step`` now (every rank calls it; rank 0
-    writes). ``checkpoint`` and ``steps`` decide when."""
+def save(
+    step: int, *, dir: Folder, run: str | None, keep: int, state: dict, loader: Any = None
+) -> None:
+    """Save ``state`` (and ``loader``'s position) as the checkpoint of step ``step`` now (every
+    rank calls it; rank 0 writes). ``checkpoint`` and ``steps`` decide when."""
     import torch
 
     gens, rest = _split(state)
@@ -202,6 +204,7 @@ def save(step: int, *, dir: Folder, run: str | None, keep: int, state: dict) -> 
         "generators": {k: g.get_state() for k, g in gens.items()},
         "stage": stage,
     }
+    positions.put(record, loader)
     if statedicts.is_sharded(rest):  # every rank writes its own shards
         sharded.save(step, lambda: _folder(dir, run), keep, rest, record)
         return
@@ -237,6 +240,7 @@ def checkpoint(
     dir: Folder = None,
     run: str | None = None,
     keep: int = 3,
+    loader: Any = None,
     **state,
 ) -> bool:
     """Save ``state`` as the checkpoint of ``step`` when ``step % every == 0``; True when saved.
@@ -244,20 +248,24 @@ def checkpoint(
     ``step`` is the index of the step just finished (the first is 0): call this after the
     step's work. ``restore`` then returns ``step + 1``, the step to continue from. Call it on
     every rank, at the same steps (it gathers each rank's random state); only rank 0 writes. The
-    last ``keep`` checkpoints (at least 2) are kept. ``nbdist.steps`` does all this for a loop.
+    last ``keep`` checkpoints (at least 2) are kept. ``loader``, a loader ``nbdist.loader``
+    made, has its position saved with them (every rank's, its workers' included), so
+    ``restore(..., loader=...)`` continues its epoch with the next batch. ``nbdist.steps``
+    does all this for a loop.
     """
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise UsageError(f"nbdist.checkpoint: step must be a whole number >= 0, not {step!r}")
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         raise UsageError(f"nbdist.checkpoint: every must be a whole number >= 1, not {every!r}")
     _check_args("checkpoint", keep, state)
+    positions.check("checkpoint", loader)
     if step % every:
         return False
-    save(step, dir=dir, run=run, keep=keep, state=state)
+    save(step, dir=dir, run=run, keep=keep, state=state, loader=loader)
     return True
 
 
-def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
+def restore(*, dir: Folder = None, run: str | None = None, loader: Any = None, **state) -> int:
     """Load the latest good checkpoint of this run into ``state``'s objects; return the index
     of the step to continue from (the checkpoint's ``step + 1``), or 0 on a fresh run.
 
@@ -265,10 +273,14 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
     ``load_state_dict`` are loaded in place, dicts are refilled in place, and other values
     (numbers, lists) come back from ``nbdist.restored()``. ``state`` is checked here as
     ``checkpoint`` will save it, so what a checkpoint cannot hold is refused before training.
+    ``loader`` gets the position saved with it: an iterator made from it after this call
+    starts with the batch an uninterrupted run would have had next (with another number of
+    ranks: the rest of that epoch, split over these ranks).
     """
     import torch.distributed as dist
 
     info = context.current()
+    positions.check("restore", loader)
     gens, rest = _split(state)
     is_sharded = statedicts.is_sharded(rest)
     if is_sharded:  # refuse now what the first checkpoint would refuse
@@ -293,6 +305,9 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
         return 0
     if payload["format"] == "dcp":  # every rank reads its own part
         mine, engine.restored = sharded.load(payload, rest, gens)
+        known: list = [None] * info.world_size
+        known[info.rank] = mine
+        positions.resume(loader, known, payload["step"])
         return _resumed(payload["step"], mine, gens, info.rank)
     if is_sharded:
         raise UsageError(
@@ -321,7 +336,12 @@ def restore(*, dir: Folder = None, run: str | None = None, **state) -> int:
         k: v for k, v in saved.items() if not hasattr(_unwrap(rest.get(k)), "load_state_dict")
     }
     if alone:
+        known: list = [None] * info.world_size
+        known[info.rank] = mine
+        positions.resume(loader, known, payload["step"])
         _meet_async()
+    else:
+        positions.resume(loader, rngs, payload["step"])
     return _resumed(payload["step"], mine, gens, info.rank)
 
 

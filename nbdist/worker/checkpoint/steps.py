@@ -14,8 +14,10 @@ that raises or ``break``s leaves no checkpoint of its half-done step.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from ...errors import UsageError
+from . import positions
 from . import save as checkpoint
 
 
@@ -32,6 +34,7 @@ def steps(
     dir: checkpoint.Folder = None,
     run: str | None = None,
     keep: int = 3,
+    loader: Any = None,
     **state,
 ) -> Iterator[int]:
     """The step indices ``0 .. total - 1`` still to do in this run, checkpointing ``state``
@@ -39,7 +42,9 @@ def steps(
 
     Call it on every rank, with the same arguments. ``state`` is what ``nbdist.checkpoint``
     takes (models, optimizers, schedulers, generators, dicts of tensors and plain values);
-    ``dir``, ``run`` and ``keep`` are as there. Arguments are checked here, before any step.
+    ``dir``, ``run``, ``keep`` and ``loader`` are as there: with ``loader=dl``, an iterator
+    made from ``dl`` once the loop has begun (or one made before whose first batch is asked
+    for then) continues the saved epoch. Arguments are checked here, before any step.
     """
     _whole("total", total, 0)
     _whole("every", every, 1)
@@ -47,14 +52,21 @@ def steps(
         raise UsageError("nbdist.steps: name what to save, e.g. model=model, opt=opt")
     if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
         raise UsageError(f"nbdist.steps: keep must be a whole number >= 1, not {keep!r}")
-    return _loop(total, every, dir, run, keep, state)
+    positions.check("steps", loader)
+    return _loop(total, every, dir, run, keep, loader, state)
 
 
 def _loop(
-    total: int, every: int, dir: checkpoint.Folder, run: str | None, keep: int, state: dict
+    total: int,
+    every: int,
+    dir: checkpoint.Folder,
+    run: str | None,
+    keep: int,
+    loader: Any,
+    state: dict,
 ) -> Iterator[int]:
-    start = checkpoint.restore(dir=dir, run=run, **state)
+    start = checkpoint.restore(dir=dir, run=run, loader=loader, **state)
     for step in range(start, total):
         yield step  # the body runs here; what follows runs only once it has finished
         if (step + 1) % every == 0 or step + 1 == total:
-            checkpoint.save(step, dir=dir, run=run, keep=keep, state=state)
+            checkpoint.save(step, dir=dir, run=run, keep=keep, state=state, loader=loader)

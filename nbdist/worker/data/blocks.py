@@ -1,0 +1,232 @@
+"""``BlockLoader``: batches of files or a Hugging Face ``Dataset``, read on each rank by its own
+loader workers, the same number on every rank, resumable mid-epoch exactly.
+
+Which samples a rank and each of its workers read, in what order, is ``plan``'s arithmetic;
+this module reads them (``sources``), makes batches (``columns``) and keeps the position: the
+epoch, its domain, and how many batches this rank has handed out of it. ``state_dict()`` is
+that position; ``_resume(saved)`` takes every rank's, so the next ``iter()`` continues where
+the saved one stood (the same number of ranks), or re-splits the rest of the epoch over the
+ranks there are now. An iterator chooses where it starts at its first ``next()``: one made before
+``nbdist.restore`` (or ``nbdist.steps``) restored the loader still starts where it says.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch.utils.data as tud
+
+from ...errors import UsageError
+from . import columns, plan
+
+_CACHE_ROWS = 4  # windows' worth of rows a worker keeps decoded blocks of
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What fixes the order of the batches: a saved position fits only the same settings."""
+
+    batch_size: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    window: int
+
+
+class _Reader(tud.IterableDataset):
+    """One epoch of one rank for torch's ``DataLoader``: each worker reads its runs of batches
+    (``plan.runs``), blocks decoded once per worker and kept while the window needs them."""
+
+    def __init__(
+        self,
+        source,
+        epoch: plan.Epoch,
+        part: list[plan.Span],
+        runs: list,
+        settings,
+        transform: Callable | None,
+    ) -> None:
+        self.source, self.epoch, self.part, self.runs = source, epoch, part, runs
+        self.settings, self.transform = settings, transform
+
+    def __iter__(self) -> Iterator[Any]:
+        info = tud.get_worker_info()
+        mine = self.runs[info.id if info is not None else 0]
+        cache: OrderedDict[int, Any] = OrderedDict()
+        for run in mine:
+            for j in range(run.start, run.stop):
+                yield self._batch(j, cache)
+
+    def __len__(self) -> int:  # torch asks; the DataLoader's length is the loader's own
+        return sum(r.stop - r.start for runs in self.runs for r in runs)
+
+    def _batch(self, j: int, cache: OrderedDict) -> Any:
+        import pyarrow as pa
+
+        bs, rows = self.settings.batch_size, plan.length(self.part)
+        where = plan.positions(plan.cut(self.part, j * bs, min((j + 1) * bs, rows)))
+        blocks, offsets = self.epoch.samples(where)
+        pieces, order = [], np.empty(len(where), np.int64)
+        at = 0
+        for b in np.unique(blocks):
+            mine = np.flatnonzero(blocks == b)
+            table = self._block(int(b), cache)
+            pieces.append(table.take(pa.array(offsets[mine])))
+            order[mine] = np.arange(at, at + len(mine))
+            at += len(mine)
+        table = pa.concat_tables(pieces, promote_options="permissive").take(pa.array(order))
+        out = columns.batch(table)
+        return self.transform(out) if self.transform is not None else out
+
+    def _block(self, b: int, cache: OrderedDict) -> Any:
+        if b in cache:
+            cache.move_to_end(b)
+            return cache[b]
+        table = cache[b] = self.source.read(b)
+        held = sum(t.num_rows for t in cache.values())
+        while len(cache) > 1 and held > _CACHE_ROWS * self.settings.window:
+            held -= cache.popitem(last=False)[1].num_rows
+        return table
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where the next epoch begins: its number, its domain, and the workers' runs."""
+
+    epoch: int
+    domain: list[plan.Span] | None  # None: every position
+    done: int = 0  # batches already handed out of it
+    workers: int = 0  # the workers that handed them out
+
+
+class BlockLoader:
+    """Batches of files or a ``Dataset`` for this rank: the same number on every rank, each
+    rank and worker reading only its part (``plan``). ``iter()`` is one epoch; ``set_epoch``
+    chooses the next one; ``state_dict`` is the position a checkpoint keeps."""
+
+    def __init__(
+        self,
+        source,
+        settings: Settings,
+        rank: int,
+        world: int,
+        *,
+        device=None,
+        transform=None,
+        options: dict | None = None,
+    ) -> None:
+        self.source, self.settings = source, settings
+        self.rank, self.world = rank, world
+        self._device, self._transform = device, transform
+        self._options = dict(options or {})
+        self.epoch = 0
+        self._start: _Start | None = None  # given by _resume, taken by the next iterator
+        self._at = _Start(0, None)  # the live position: epoch, domain, handed out, workers
+
+    # -- what people call ---------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` epoch number ``epoch`` (from its start)."""
+        self.epoch, self._start = epoch, None
+        self._at = _Start(epoch, None)
+
+    def __len__(self) -> int:
+        per = -(-sum(self.source.sizes) // self.world)
+        return plan.batch_count(per, self.settings.batch_size, self.settings.drop_last)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._epoch()
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (
+            f"<nbdist loader: {self.source.describe()}, {len(self)} batches of "
+            f"{s.batch_size} per rank, epoch {self.epoch}>"
+        )
+
+    # -- the position ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """This rank's position: plain values, for a checkpoint."""
+        at, n = self._at, self._batches(self._at.domain)
+        if at.done >= n:  # an epoch handed out whole: the next one, from its start
+            at = _Start(at.epoch + 1, None)
+        return {
+            "kind": "blocks",
+            "fingerprint": self._fingerprint(),
+            "world": self.world,
+            "epoch": at.epoch,
+            "domain": [list(s) for s in at.domain] if at.domain is not None else None,
+            "done": at.done,
+            "workers": at.workers,
+        }
+
+    def _resume(self, saved: list[dict]) -> None:
+        """Continue from the position every rank saved (index: the rank that saved it)."""
+        mine = next(s for s in saved if s)
+        if mine.get("kind") != "blocks" or mine.get("fingerprint") != self._fingerprint():
+            raise UsageError(
+                "nbdist.restore: the checkpoint's loader read other data or in another order "
+                "(files, batch_size, shuffle, seed, drop_last): restore with the loader it was "
+                "saved with, or pass run= a new run"
+            )
+        domain = [tuple(s) for s in mine["domain"]] if mine["domain"] is not None else None
+        if mine["world"] == self.world:
+            mine = saved[self.rank] or mine  # in step, every rank's position is the same
+            start = _Start(mine["epoch"], domain, mine["done"], mine["workers"])
+        else:  # another number of ranks: the rest of the epoch, split over those there are now
+            full = domain if domain is not None else [(0, sum(self.source.sizes))]
+            s = self.settings
+            rest = plan.remaining(
+                full, mine["world"], mine["done"], s.batch_size, s.drop_last, mine["workers"]
+            )
+            start = _Start(mine["epoch"], rest or None) if rest else _Start(mine["epoch"] + 1, None)
+        self.epoch, self._start, self._at = start.epoch, start, start
+
+    # -- an epoch -----------------------------------------------------------------------------
+    def _fingerprint(self) -> str:
+        return f"{self.source.fingerprint()}:{self.settings}"
+
+    def _batches(self, domain: list[plan.Span] | None) -> int:
+        rows = plan.length(plan.rank_part(self._domain(domain), self.world, self.rank))
+        return plan.batch_count(rows, self.settings.batch_size, self.settings.drop_last)
+
+    def _domain(self, domain: list[plan.Span] | None) -> list[plan.Span]:
+        return domain if domain is not None else [(0, sum(self.source.sizes))]
+
+    def _epoch(self) -> Iterator[Any]:
+        start = self._start or _Start(self.epoch, None)
+        self._start = None
+        self.epoch = start.epoch + 1
+        workers = int(self._options.get("num_workers", 0) or 0)
+        part = plan.rank_part(self._domain(start.domain), self.world, self.rank)
+        n = self._batches(start.domain)
+        runs = _runs(n, workers, start)
+        s = self.settings
+        order = plan.Epoch(self.source.sizes, s.shuffle, s.seed, start.epoch, s.window)
+        reader = _Reader(self.source, order, part, runs, s, self._transform)
+        options = {k: v for k, v in self._options.items() if k != "persistent_workers"}
+        batches = tud.DataLoader(reader, batch_size=None, **options)
+        self._at = _Start(start.epoch, start.domain, start.done, max(workers, 1))
+        for done, batch in enumerate(batches, start.done + 1):
+            if self._device is not None:
+                batch = columns.to_device(batch, self._device)
+            self._at = _Start(start.epoch, start.domain, done, max(workers, 1))
+            yield batch
+
+
+def _runs(batches: int, workers: int, start: _Start) -> list[list[plan.Run]]:
+    """Each worker's runs of batches for an epoch that had ``start.done`` handed out."""
+    workers = max(workers, 1)
+    if not start.done:
+        return [[r] for r in plan.runs(batches, workers)]
+    if start.workers == workers:
+        return [[r] for r in plan.resume_runs(batches, workers, start.done)]
+    # other workers than saved it: the batches left, in order, cut anew
+    rest = plan.resume_runs(batches, start.workers, start.done)
+    left = sorted((r for r in rest if r.stop > r.start), key=lambda r: r.start)
+    flat = [j for r in left for j in range(r.start, r.stop)]
+    each = -(-len(flat) // workers) if flat else 0
+    return [[plan.Run(j, j + 1) for j in flat[w * each : (w + 1) * each]] for w in range(workers)]
