@@ -131,6 +131,8 @@ export interface IWorker {
   gpu_mem: number | null;
   step_time: number | null;
   comm_share: number | null;
+  /** The share of its steps spent waiting for the next batch, or null when no nbdist loader ran. */
+  data_share: number | null;
   heartbeat_age: number | null;
   last_report_age: number | null;
   /** Its coordinates in its `nbdist.mesh` ("dp 1/2 tp 0/2"), or null without a mesh. */

@@ -42,7 +42,7 @@ MAX_POINTS = 2000
 #: The most points of per-rank lines in one answer, all metrics and ranks together.
 MAX_SENT = 200_000
 #: Health measures kept over time, as the store's health history has them.
-MEASURES = ("cpu", "rss", "gpu_util", "gpu_mem", "step_time", "comm_share")
+MEASURES = ("cpu", "rss", "gpu_util", "gpu_mem", "step_time", "comm_share", "data_share")
 #: State changes kept per rank (the latest ones).
 MAX_CHANGES = 200
 

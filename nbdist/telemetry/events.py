@@ -148,6 +148,9 @@ class HealthSample:
     last_step: float | None = None  # engine time of the last report(), None before the first
     step_time: float | None = None  # seconds between the last two report() calls
     comm_share: float | None = None  # fraction of the step spent in collectives, None if unknown
+    # fraction of its steps spent waiting for the next batch (worker.reporting.datawait), over
+    # the steps since the previous sample; None when no nbdist loader was iterated in the cell
+    data_share: float | None = None
     reports: int = 0  # report() calls so far in this cell
     pipeline: PipelineRole | None = None  # the rank's stage, when its latest pipeline stepped
     idle_share: float | None = None  # fraction of its last pipeline step the stage waited
@@ -195,6 +198,7 @@ class WorkerHealth:
     gpu_mem: float | None = None
     step_time: float | None = None  # the collector's smoothed seconds per step
     comm_share: float | None = None
+    data_share: float | None = None  # of its steps, waiting for the next batch
     heartbeat_age: float | None = None  # seconds since the rank's latest batch
     last_report_age: float | None = None  # seconds since its latest metric record
     mesh: str | None = None  # its coordinates in its nbdist.mesh, as MeshCoords writes them

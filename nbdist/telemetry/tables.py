@@ -20,13 +20,16 @@ from .events import HEALTH_COLUMNS, RUN_DETAIL_FIELDS, RUN_FIELDS
 #: The store's version (SQLite's ``user_version``). A store an earlier version made gains the
 #: columns added since (``ADDED_COLUMNS``) when a writer next opens it; its readers find them
 #: missing until then, and read them as None.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Columns added after version 1, as (the version that added it, table, column, its SQL type).
 #: Version 3's ``runs.listed``: whether the run is listed as a run (``listing``); every run an
-#: older store holds stays listed.
+#: older store holds stays listed. Version 4's ``data_share``: the share of a rank's steps spent
+#: waiting for the next batch.
 ADDED_COLUMNS = (
     (2, "health", "mesh", "TEXT"),
     (3, "runs", "listed", "INTEGER NOT NULL DEFAULT 1"),
+    (4, "health", "data_share", "REAL"),
+    (4, "health_samples", "data_share", "REAL"),
 )
 #: What a store older than the version gains once its columns are there, as (version, SQL): an
 #: index on an added column (it cannot be in ``SCHEMA``, which an old store's tables skip), and
@@ -94,6 +97,7 @@ CREATE TABLE IF NOT EXISTS health (
     gpu_mem REAL,
     step_time REAL,
     comm_share REAL,
+    data_share REAL,
     heartbeat_age REAL,
     last_report_age REAL,
     mesh TEXT,
@@ -110,7 +114,8 @@ CREATE TABLE IF NOT EXISTS health_samples (
     gpu_util REAL,
     gpu_mem REAL,
     step_time REAL,
-    comm_share REAL
+    comm_share REAL,
+    data_share REAL
 );
 CREATE INDEX IF NOT EXISTS health_samples_run ON health_samples (run_id, id);
 CREATE TABLE IF NOT EXISTS events (

@@ -139,14 +139,17 @@ class ShardLoader:
         return batch_count(self._rows, self.batch_size, self.drop_last)
 
     def __iter__(self):
+        """One epoch's batches, each ``next()`` timed as the rank's wait for data."""
+        from .reporting.datawait import timed
+
         batches = split_batches(self._order_of(self.epoch), self.batch_size, self.drop_last)
         self.epoch += 1
         if self._dataloader is None:
-            return (self._fetch(b) for b in batches)
+            return timed(self._fetch(b) for b in batches)
         self._dataloader.batch_sampler.batches = batches
         if self._device is None:
-            return iter(self._dataloader)
-        return (_to_device(b, self._device) for b in self._dataloader)
+            return timed(self._dataloader)
+        return timed(_to_device(b, self._device) for b in self._dataloader)
 
     def __repr__(self) -> str:
         return f"<nbdist.ShardLoader {len(self)} batches of {self.batch_size}, epoch {self.epoch}>"

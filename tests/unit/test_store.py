@@ -125,31 +125,40 @@ def test_a_store_of_the_first_version_is_read_then_upgraded_in_place(tmp_path):
     from nbdist.telemetry import tables
 
     path = tmp_path / "runs.sqlite"
-    first = tables.SCHEMA.replace("    mesh TEXT,\n", "")
+    first = tables.SCHEMA.replace("    mesh TEXT,\n", "").replace("    data_share REAL,\n", "")
+    first = first.replace(",\n    data_share REAL", "")
     first = first.replace(",\n    listed INTEGER NOT NULL DEFAULT 1", "")
     first = re.sub(
         r"CREATE TABLE IF NOT EXISTS summaries.*?ON summaries \(name\);", "", first, flags=re.S
     )
-    assert "mesh" not in first and "listed" not in first
+    assert "mesh" not in first and "listed" not in first and "data_share" not in first
     with sqlite3.connect(path) as c:
         c.executescript(f"{first}PRAGMA user_version = 1;")
         c.execute("INSERT INTO runs (started, updated) VALUES (1.0, 1.0)")
         c.execute("INSERT INTO health (run_id, rank, time, host) VALUES (1, 0, 2.0, 'h0')")
     old = RunStore(path).health(1)
-    assert [(r["rank"], r["host"], r["mesh"]) for r in old] == [(0, "h0", None)]
+    assert [(r["rank"], r["host"], r["mesh"], r["data_share"]) for r in old] == [
+        (0, "h0", None, None)
+    ]
     assert set(old[0]) == set(HEALTH_COLUMNS)  # what the sidebar reads, as from a new store
 
     writers = [RunStore(path), RunStore(path)]  # the second finds it upgraded already
     for w in writers:
-        w.put_health(1, [WorkerHealth(rank=1, time=3.0, host="h1", mesh="pp 1/2 dp 0/1")])
+        w.put_health(
+            1, [WorkerHealth(rank=1, time=3.0, host="h1", mesh="pp 1/2 dp 0/1", data_share=0.25)]
+        )
     with sqlite3.connect(path) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == tables.SCHEMA_VERSION == 3
+        assert c.execute("PRAGMA user_version").fetchone()[0] == tables.SCHEMA_VERSION == 4
         assert [r[1] for r in c.execute("PRAGMA table_info(health)")].count("mesh") == 1
         assert [r[1] for r in c.execute("PRAGMA table_info(runs)")].count("listed") == 1
-    assert [(r["rank"], r["mesh"]) for r in writers[0].health(1)] == [
-        (0, None),
-        (1, "pp 1/2 dp 0/1"),
+        for table in ("health", "health_samples"):
+            columns = [r[1] for r in c.execute(f"PRAGMA table_info({table})")]
+            assert columns.count("data_share") == 1
+    assert [(r["rank"], r["mesh"], r["data_share"]) for r in writers[0].health(1)] == [
+        (0, None, None),
+        (1, "pp 1/2 dp 0/1", 0.25),
     ]
+    assert writers[0].health_history(1)[-1]["data_share"] == 0.25
     assert RunStore(path).list_runs()[0]["id"] == 1
 
 

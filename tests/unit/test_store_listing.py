@@ -63,10 +63,11 @@ def test_a_run_is_a_cell_that_reported_checkpointed_was_named_or_failed(tmp_path
 def test_a_store_of_the_previous_version_keeps_every_run_listed(tmp_path):
     path = tmp_path / "runs.sqlite"
     old = tables.SCHEMA.replace(",\n    listed INTEGER NOT NULL DEFAULT 1", "")
+    old = old.replace("    data_share REAL,\n", "").replace(",\n    data_share REAL", "")
     old = re.sub(
         r"CREATE TABLE IF NOT EXISTS summaries.*?ON summaries \(name\);", "", old, flags=re.S
     )
-    assert "listed" not in old and "summaries" not in old
+    assert "listed" not in old and "summaries" not in old and "data_share" not in old
     with sqlite3.connect(path) as c:
         c.executescript(f"{old}PRAGMA user_version = 2;")
         for i, loss in enumerate((0.3, None, 0.1)):
@@ -84,7 +85,7 @@ def test_a_store_of_the_previous_version_keeps_every_run_listed(tmp_path):
     writer = RunStore(path)
     writer.end_run(writer.start_run(), "ok")  # a plain cell, after the upgrade
     with sqlite3.connect(path) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == tables.SCHEMA_VERSION == 3
+        assert c.execute("PRAGMA user_version").fetchone()[0] == tables.SCHEMA_VERSION == 4
         indices = {r[1] for r in c.execute("PRAGMA index_list(runs)")}
         assert "runs_listed" in indices
     assert _ids(writer) == [3, 2, 1]  # the old runs stay listed; the new cell is not

@@ -8,6 +8,9 @@ needs NVML); its pipeline's idle share and its mesh coordinates from the engine'
 Communication share: for DistributedDataParallel models held in the cell's namespace, from DDP's
 own timers (backward communication not overlapped with compute, over the step); otherwise from
 ``report(..., comm_time=SECONDS)`` when the cell measures it itself.
+
+Data share: the share of its steps the rank waited for the next batch of a loader nbdist made
+(``datawait``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import weakref
 
 from ...telemetry.events import HealthSample
 from .. import state
+from .datawait import waits
 
 
 class Health:
@@ -43,10 +47,11 @@ class Health:
         self.ddp_at_start: dict[int, int] = {}
 
     def begin_cell(self) -> None:
-        """A watched cell starts (main thread): its pace and comm share are its own."""
+        """A watched cell starts (main thread): its pace, comm and data shares are its own."""
         if self.pid != os.getpid():  # this module may be imported before the engine was forked
             self.pid, self.proc = os.getpid(), None
         self.reset()
+        waits.begin_cell()
         self.ddp_at_start = _ddp_iterations()
         state.engine.pipeline_idle = None  # a pipeline is shown once it steps in this cell
 
@@ -92,6 +97,7 @@ class Health:
             last_step=self.last_report,
             step_time=self.step_time,
             comm_share=self.comm_share(),
+            data_share=waits.share(),
             reports=self.reports,
             pipeline=state.engine.pipeline if state.engine.pipeline_idle is not None else None,
             idle_share=state.engine.pipeline_idle,

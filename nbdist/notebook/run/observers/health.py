@@ -1,7 +1,7 @@
 """Each rank's health in the run store, for the sidebar's tiles and the run's page: its state
-(ok, slow, silent, then done, failed, stopped, dead), CPU, memory, GPU, step time, the share of
-its step in collectives, and how long since it was heard from. Written once a second, at once
-when a rank dies, and at the end."""
+(ok, slow, silent, then done, failed, stopped, dead), CPU, memory, GPU, step time, the shares of
+its step in collectives and waiting for data, and how long since it was heard from. Written once
+a second, at once when a rank dies, and at the end."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ def rows(col: Collector, now: float) -> list[WorkerHealth]:
                 gpu_mem=h and h.gpu_mem,
                 step_time=st.step_time,
                 comm_share=h and h.comm_share,
+                data_share=h and h.data_share,
                 heartbeat_age=None if st.last_seen is None else now - st.last_seen,
                 last_report_age=None if st.last_record is None else now - st.last_record,
                 mesh=str(h.mesh) if h and h.mesh else None,
