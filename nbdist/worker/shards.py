@@ -22,6 +22,7 @@ from .. import wire
 from ..errors import UsageError
 from ..protocol import ShardMeta, ValueInfo
 from . import context
+from .data.columns import to_device
 from .state import engine, namespace
 
 
@@ -149,7 +150,7 @@ class ShardLoader:
         self._dataloader.batch_sampler.batches = batches
         if self._device is None:
             return timed(self._dataloader)
-        return timed(_to_device(b, self._device) for b in self._dataloader)
+        return timed(to_device(b, self._device) for b in self._dataloader)
 
     def __repr__(self) -> str:
         return f"<nbdist.ShardLoader {len(self)} batches of {self.batch_size}, epoch {self.epoch}>"
@@ -170,17 +171,6 @@ def _take(value: Any, idx: np.ndarray, device):
     return out if device is None else out.to(device, non_blocking=True)
 
 
-def _to_device(batch, device):
-    """A collated batch (tensors, possibly in tuples, lists or dicts) moved to ``device``."""
-    if hasattr(batch, "to"):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(_to_device(b, device) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    return batch
-
-
 def loader(
     data,
     batch_size: int,
@@ -189,16 +179,38 @@ def loader(
     drop_last: bool = False,
     seed: int | None = None,
     device=None,
+    transform=None,
+    skip_unreadable: bool = False,
+    shuffle_window: int = 65_536,
     **dataloader_options,
-) -> ShardLoader:
-    """A loader over this rank's data that yields the same number of batches on every rank.
+):
+    """A loader over this rank's part of the data, with the same number of batches on every
+    rank (a DDP step is a collective: one batch more on one rank would hang the others).
 
-    ``data`` is the name of a variable sent by ``nbdist.scatter`` (batches are tensors, or
-    tuples of them for a tuple), or a torch ``Dataset``, sharded by index each epoch as
-    ``DistributedSampler`` does (``dataloader_options`` such as ``num_workers`` go to its
-    ``DataLoader``). Shorter shards repeat some of their own samples to match the longest;
-    ``drop_last`` drops each epoch's last, short batch. ``seed`` defaults to the scatter's seed
-    (0 for a Dataset); ``device`` moves each batch there.
+    ``data`` is one of:
+
+    - the name of a variable sent by ``nbdist.scatter`` (batches are tensors, or tuples of them
+      for a tuple); shorter shards repeat some of their own samples to match the longest;
+    - a map-style torch ``Dataset``, sharded by index each epoch as ``DistributedSampler``
+      does (the last rank's part padded with the first samples);
+    - files read on each rank's host: a path, a glob (``"data/*.parquet"``, ``**`` recurses) or
+      a list of them, Parquet or JSON lines, or a Hugging Face ``datasets.Dataset`` (memory-
+      mapped, never copied whole). Each rank reads its contiguous part of the epoch's order, each
+      of its ``num_workers`` workers its own run of batches; that part is padded, as for a
+      Dataset, with the epoch's first samples (``nbdist.worker.data.plan`` has the rule). A batch
+      is a dict of column name to tensor (text stays a list). ``shuffle`` shuffles the order of
+      the blocks (row groups, runs of lines) and the samples within each ``shuffle_window``
+      consecutive ones; a file that cannot be read is named, or with ``skip_unreadable=True``
+      left out;
+    - a torch ``IterableDataset`` or a Hugging Face ``datasets.IterableDataset``
+      (``nbdist.worker.data.iterables``).
+
+    ``dataloader_options`` (``num_workers``, ``pin_memory``, ...) go to torch's ``DataLoader``
+    (not for a scattered name). ``drop_last`` drops each epoch's last, short batch. ``seed``
+    defaults to the scatter's seed (0 otherwise); ``device`` moves each batch there;
+    ``transform`` is called on each batch in the loader's workers. Every loader but a scattered
+    name's keeps its position: pass it as ``loader=`` to ``nbdist.checkpoint``,
+    ``nbdist.restore`` and ``nbdist.steps``, and a resumed run continues the epoch exactly.
     """
     context.current()  # a clear error in the notebook: loaders run on the engines
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -206,14 +218,43 @@ def loader(
     for key in ("sampler", "batch_sampler"):
         if key in dataloader_options:
             raise UsageError(f"nbdist.loader chooses the {key} itself: leave {key}= out")
-    if isinstance(data, str):
-        if dataloader_options:
-            raise UsageError(
-                f"{sorted(dataloader_options)} apply to a torch Dataset only; a scattered name "
-                "is already in memory"
-            )
-        return _shard_loader(data, batch_size, shuffle, drop_last, seed, device)
-    return _dataset_loader(data, batch_size, shuffle, drop_last, seed, device, dataloader_options)
+    if transform is not None and not callable(transform):
+        raise UsageError(f"transform must be a function of a batch, not {transform!r}")
+    if isinstance(data, str) and data in engine.shards or not _streamed(data):
+        if transform is not None:
+            raise UsageError("transform= applies to files and iterable datasets only")
+        if isinstance(data, str):
+            if dataloader_options:
+                raise UsageError(
+                    f"{sorted(dataloader_options)} apply to a torch Dataset only; a scattered "
+                    "name is already in memory"
+                )
+            return _shard_loader(data, batch_size, shuffle, drop_last, seed, device)
+        return _dataset_loader(
+            data, batch_size, shuffle, drop_last, seed, device, dataloader_options
+        )
+    from .data import streamed
+
+    return streamed.loader(
+        data,
+        batch_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        seed=0 if seed is None else seed,
+        device=device,
+        transform=transform,
+        skip_unreadable=skip_unreadable,
+        window=shuffle_window,
+        options=dataloader_options,
+    )
+
+
+def _streamed(data) -> bool:
+    """Is ``data`` files, a Hugging Face dataset or an iterable dataset (not a scattered name
+    nor a map-style torch Dataset)?"""
+    from .data import streamed
+
+    return streamed.handles(data)
 
 
 def _check_rows(rows: int, batch_size: int, drop_last: bool, what: str) -> None:
@@ -229,7 +270,8 @@ def _shard_loader(name, batch_size, shuffle, drop_last, seed, device) -> ShardLo
     if info is None:
         raise UsageError(
             f"{name!r} was not scattered to this rank: send it from the notebook with "
-            f"nbdist.scatter({name!r}, data), or pass a torch Dataset"
+            f"nbdist.scatter({name!r}, data), or pass a torch Dataset or a path or glob of "
+            "Parquet or JSON-lines files"
         )
     ns = namespace()
     if name not in ns:

@@ -21,6 +21,7 @@ import numpy as np
 import torch.utils.data as tud
 
 from ...errors import UsageError
+from ..reporting.datawait import timed
 from . import columns, plan
 
 _CACHE_ROWS = 4  # windows' worth of rows a worker keeps decoded blocks of
@@ -138,7 +139,7 @@ class BlockLoader:
         return plan.batch_count(per, self.settings.batch_size, self.settings.drop_last)
 
     def __iter__(self) -> Iterator[Any]:
-        return self._epoch()
+        return timed(self._epoch())  # each next() counted as the rank's wait for data
 
     def __repr__(self) -> str:
         s = self.settings
