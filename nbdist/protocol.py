@@ -267,7 +267,7 @@ class ValueInfo:
 @dataclass(frozen=True)
 class ProfileResult:
     """What torch.profiler saw on one rank over a cell (or its first steps): the window's wall
-    time and steps (``report()`` calls), seconds in data loading, each collective's seconds in
+    time and steps (``report()`` calls), seconds waiting for data, each collective's seconds in
     the order they started (matched across ranks by that order: SPMD), and the rank's Chrome
     trace, gzip-compressed JSON (None when too large to send)."""
 

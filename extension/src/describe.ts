@@ -76,6 +76,9 @@ export function workerTitle(w: IWorker): string {
   if (w.step_time !== null) {
     parts.push(`step ${fmtDuration(w.step_time)}`);
   }
+  if (w.data_share !== null && w.data_share !== undefined) {
+    parts.push(`waiting for data ${fmtInt(w.data_share * 100)} % of the step`);
+  }
   if (w.last_report_age !== null) {
     parts.push(`last report ${fmtDuration(w.last_report_age)} ago`);
   }

@@ -20,6 +20,7 @@ const MEASURES: [string, string, number][] = [
   ['rss', 'memory (RSS), MiB', MIB],
   ['step_time', 'seconds per step', 1],
   ['comm_share', 'time in collectives, % of the step', 100],
+  ['data_share', 'waiting for data, % of the step', 100],
   ['gpu_util', 'GPU utilisation, %', 1],
   ['gpu_mem', 'GPU memory, MiB', MIB]
 ];

@@ -1,9 +1,11 @@
 /**
  * A run's ranks, each in the colour of its state: a tile per rank (its number, its state, its
- * place in the mesh) for a few ranks; for many (more than `TILES_UP_TO`), a compact grid of one
- * small cell per rank, its tooltip the rank's detail, with counts by state and a table of every
- * rank (host, state, CPU, step time, last report) a click away. Drawn on the sidebar's card and
- * in a run's view.
+ * place in the mesh, its wait for data) for a few ranks; for many (more than `TILES_UP_TO`), a
+ * compact grid of one small cell per rank, its tooltip the rank's detail, with counts by state
+ * and a table of every rank (host, state, CPU, step time, data wait, last report) a click away.
+ * Drawn on the sidebar's card and in a run's view. The data wait (the share of its steps a rank
+ * waited for the next batch of an nbdist loader) is shown when some rank has one; a cell of a
+ * rank that waits `INPUT_BOUND` of its step or more is hollow.
  */
 import React from 'react';
 
@@ -21,6 +23,12 @@ import { fmt, fmtDuration, fmtInt, MISSING } from './format';
 
 /** Ranks drawn as tiles; past this, the compact grid. */
 export const TILES_UP_TO = 16;
+/** The share of its steps a rank waits for data from which it reads as input-bound. */
+export const INPUT_BOUND = 0.5;
+
+function inputBound(w: IWorker): boolean {
+  return w.data_share !== null && w.data_share !== undefined && w.data_share >= INPUT_BOUND;
+}
 
 export function WorkerGrid(props: { workers: IWorker[]; run: IRun }): JSX.Element {
   const [table, setTable] = React.useState(false);
@@ -36,6 +44,7 @@ export function WorkerGrid(props: { workers: IWorker[]; run: IRun }): JSX.Elemen
   const keyed = props.workers.map(w => meshCoords(w.mesh)).find(c => c.length > 0);
   const many = props.workers.length > TILES_UP_TO;
   const count = (s: ShownState) => shown.filter(([, state]) => state === s).length;
+  const bound = many ? props.workers.filter(inputBound).length : 0;
   return (
     <div>
       {many ? <Cells shown={shown} /> : <Tiles shown={shown} />}
@@ -46,6 +55,12 @@ export function WorkerGrid(props: { workers: IWorker[]; run: IRun }): JSX.Elemen
             {many ? `${s} ${fmtInt(count(s))}` : s}
           </span>
         ))}
+        {bound > 0 && (
+          <span data-legend-input-bound={bound}>
+            <span className="jp-nbdist-dot nbdist-input-bound" />
+            {`waiting for data ≥ ${fmtInt(INPUT_BOUND * 100)} % ${fmtInt(bound)}`}
+          </span>
+        )}
         {keyed && (
           <span className="jp-nbdist-meshKey" data-testid="nbdist-mesh-key">
             {meshKey(keyed)}
@@ -82,6 +97,15 @@ function Tiles(props: { shown: Shown }): JSX.Element {
               {meshTile(meshCoords(w.mesh))}
             </span>
           )}
+          {w.data_share !== null && w.data_share !== undefined && (
+            <span
+              className="jp-nbdist-workerData"
+              data-share={w.data_share}
+              title="of its steps spent waiting for the next batch"
+            >
+              {`data ${fmtInt(w.data_share * 100)}%`}
+            </span>
+          )}
         </>
       )}
     </RankList>
@@ -112,7 +136,9 @@ function RankList(props: {
           data-rank={w.rank}
           data-state={state}
           data-reported={w.state}
-          className={`${props.item}jp-nbdist-worker jp-nbdist-state-${state}`}
+          className={`${props.item}jp-nbdist-worker jp-nbdist-state-${state}${
+            inputBound(w) ? ' nbdist-input-bound' : ''
+          }`}
           title={workerTitle(w)}
           aria-label={props.children ? undefined : `rank ${w.rank}: ${state}`}
         >
@@ -129,6 +155,7 @@ function RankTable(props: { shown: Shown }): JSX.Element {
   const rows = [...props.shown].sort(
     ([a, sa], [b, sb]) => order(sa) - order(sb) || a.rank - b.rank
   );
+  const data = rows.some(([w]) => w.data_share !== null && w.data_share !== undefined);
   return (
     <div className="jp-nbdist-rankTableBox">
       <table className="jp-nbdist-rankTable">
@@ -139,6 +166,7 @@ function RankTable(props: { shown: Shown }): JSX.Element {
             <th>host</th>
             <th>cpu %</th>
             <th>step</th>
+            {data && <th title="of its steps spent waiting for the next batch">data %</th>}
             <th>last report</th>
           </tr>
         </thead>
@@ -155,6 +183,13 @@ function RankTable(props: { shown: Shown }): JSX.Element {
               <td className="jp-nbdist-num">
                 {w.step_time === null ? MISSING : fmtDuration(w.step_time)}
               </td>
+              {data && (
+                <td className="jp-nbdist-num jp-nbdist-dataShare">
+                  {w.data_share === null || w.data_share === undefined
+                    ? MISSING
+                    : fmtInt(w.data_share * 100)}
+                </td>
+              )}
               <td className="jp-nbdist-num">
                 {w.last_report_age === null ? MISSING : `${fmtDuration(w.last_report_age)} ago`}
               </td>

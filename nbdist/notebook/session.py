@@ -192,8 +192,9 @@ def post_mortem(rank: int | None = None) -> PostMortem:
 
 def profile() -> Profile:
     """The last cell run with ``--profile``: ``.table`` (a row per rank: step, computing,
-    communicating, data loading, waiting, in ms per step), ``.straggler`` (the rank the others
-    wait for, or None) and ``.trace`` (the merged Chrome trace's path)."""
+    communicating, waiting, waiting for data, in ms per step; ``.mostly``: computing, in
+    collectives or waiting for data), ``.straggler`` (the rank the others wait for, or None)
+    and ``.trace`` (the merged Chrome trace's path)."""
     return profiling.last()
 
 

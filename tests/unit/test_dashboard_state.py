@@ -190,6 +190,23 @@ def test_each_ranks_place_in_the_mesh_is_a_column_per_dimension(shown):
     assert headings.index("dp") < headings.index("tp")  # outermost first
 
 
+def test_the_data_wait_is_a_column_when_some_rank_has_one(shown):
+    """A rank's share of its steps waiting for data: "data" in its row (%, None without a
+    loader), and a "data %" column in the picture only when some rank has a value."""
+    col, board, sent, _ = shown
+    for rank, share in ((0, 0.125), (1, None)):
+        sample = HealthSample(1000.0, "h", 1, data_share=share)
+        col.ingest(rank, Batch(rank, 1, 1000.0, [], sample))
+    col.update_states()
+    board.update(col, [], "running")
+    assert [r["data"] for r in sent[-1]["rows"]] == [12.5, None]
+    svg = board.finish(col, [], "ok", ended=col.clock())
+    assert "data %" in re.findall(r'font-weight="bold">([^<]*)</text>', svg)
+    col.ingest(0, Batch(0, 2, 1001.0, [], HealthSample(1001.0, "h", 1)))
+    col.update_states()
+    assert "data %" not in board.finish(col, [], "ok", ended=col.clock())
+
+
 # -- a recovery, told as one story ---------------------------------------------------------------
 def _attempt(pids: dict[int, int]) -> dict:
     """One attempt's feeds, as the supervisor hands them to the watch (a new one each attempt)."""

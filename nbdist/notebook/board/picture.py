@@ -31,17 +31,17 @@ _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
             "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
 _STATE_COLOURS = {"ok": "#2e7d32", "slow": "#ef6c00", "silent": "#9e9d24", "dead": "#c62828",
                   "failed": "#c62828", "stopped": "#757575", "done": "#1976d2"}  # fmt: skip
-#: The workers table: (row key, heading, format); a mesh's and a pipeline's columns only when
-#: some rank has a value.
+#: The workers table: (row key, heading, format); the data wait's, a mesh's and a pipeline's
+#: columns only when some rank has a value.
 _COLUMNS = (
     ("rank", "rank", "d"), ("host", "host", ""), ("pid", "pid", "pid"), ("state", "state", ""),
     ("steps", "steps", ","),
     ("loss", "loss", ".4g"), ("step_ms", "step ms", ".0f"), ("cpu", "cpu %", ".0f"),
     ("rss_mb", "rss MB", ".0f"), ("gpu_util", "gpu %", ".0f"), ("gpu_mb", "gpu MB", ".0f"),
-    ("comm", "comm %", ".0f"), ("pp", "pp", ""), ("dp", "dp", ""), ("tp", "tp", ""),
-    ("stage", "stage", ""), ("idle", "idle %", ".0f"),
+    ("comm", "comm %", ".0f"), ("data", "data %", ".0f"), ("pp", "pp", ""), ("dp", "dp", ""),
+    ("tp", "tp", ""), ("stage", "stage", ""), ("idle", "idle %", ".0f"),
 )  # fmt: skip
-_OPTIONAL = ("pp", "dp", "tp", "stage", "idle")
+_OPTIONAL = ("data", "pp", "dp", "tp", "stage", "idle")
 _TABLE_ROWS = 16
 _ROW_H = 17
 _BAND = "#ef6c00"  # the time spent recovering, as the board's "recovering" badge

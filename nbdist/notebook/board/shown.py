@@ -61,6 +61,7 @@ def rank_row(st: RankState, now: float, zero_based: bool) -> dict:
         "gpu_util": number(h and h.gpu_util),
         "gpu_mb": number(h and h.gpu_mem and h.gpu_mem / 2**20),
         "comm": number(h and h.comm_share is not None and h.comm_share * 100),
+        "data": number(h and h.data_share is not None and h.data_share * 100),  # waiting for it
         # its coordinates in its nbdist.mesh, a column per dimension: "0/2" (None without)
         **{dim: h.mesh.of(dim) if h and h.mesh else None for dim in MESH_DIMENSIONS},
         "stage": str(h.pipeline) if h and h.pipeline else None,  # a pipeline's: "0/2", "1/2 r1"

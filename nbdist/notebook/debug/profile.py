@@ -6,14 +6,17 @@ Each rank sends what torch.profiler saw with its cell's outcome (``ProfileResult
 - **communicating**: each collective's shortest duration over the ranks, the transfer itself
   (ranks run the same collectives in the same order, so the i-th of each is one collective);
 - **waiting**: what a rank's collectives took beyond that: it waited for a slower rank;
-- **data loading**: iterating a ``DataLoader``;
+- **waiting for data**: in ``next()`` on an nbdist loader (``worker.reporting.datawait``), or
+  iterating a ``DataLoader``;
 - **computing**: the rest of the step (the person's code, its kernels, whatever is not above).
 
-The straggler is the rank the others wait for: the one that waits least, when the ranks' waits
-differ by more than a few per cent of a step; its reason is where it spends more than the
-others. ``read`` does that, in memory; ``keep`` merges the ranks' Chrome traces into one, each
-rank a process (Perfetto and chrome://tracing open it), in the run's folder, and makes the
-profile the one ``nbdist.profile()`` returns.
+Each rank's step is mostly one of three: computing, in collectives (communicating and waiting
+for others) or waiting for data (``ProfileRow.mostly``). The straggler is the rank the others
+wait for: the one that waits least, when the ranks' waits differ by more than a few per cent of
+a step; its reason is where it spends more than the others, computing or waiting for data.
+``read`` does that, in memory; ``keep`` merges the ranks' Chrome traces into one, each rank a
+process (Perfetto and chrome://tracing open it), in the run's folder, and makes the profile the
+one ``nbdist.profile()`` returns.
 """
 
 from __future__ import annotations
@@ -47,6 +50,16 @@ class ProfileRow:
     data_ms: float
     wait_ms: float
 
+    @property
+    def mostly(self) -> str:
+        """Where most of the step goes: computing, in collectives or waiting for data."""
+        parts = {
+            "computing": self.compute_ms,
+            "in collectives": self.comm_ms + self.wait_ms,
+            "waiting for data": self.data_ms,
+        }
+        return max(parts, key=parts.__getitem__)
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -61,10 +74,10 @@ class Profile:
     def text(self) -> str:
         """The table, the straggler and the trace, as the cell shows them."""
         head = f"{'rank':>4}  {'steps':>5}  {'step':>8}  {'computing':>9}  {'communicating':>13}"
-        head += f"  {'data loading':>12}  {'waiting':>8}   (ms per step)"
+        head += f"  {'waiting':>8}  {'waiting for data':>16}  {'mostly':<16}  (ms per step)"
         rows = [
             f"{r.rank:>4}  {r.steps:>5}  {r.step_ms:>8.1f}  {r.compute_ms:>9.1f}  "
-            f"{r.comm_ms:>13.1f}  {r.data_ms:>12.1f}  {r.wait_ms:>8.1f}"
+            f"{r.comm_ms:>13.1f}  {r.wait_ms:>8.1f}  {r.data_ms:>16.1f}  {r.mostly}"
             for r in self.table
         ]
         trace = f"trace (one process per rank): {self.trace}" if self.trace else "no trace"
@@ -73,7 +86,7 @@ class Profile:
     def shown(self) -> dict:
         """As the dashboard draws it: plain data."""
         return {
-            "rows": [dataclasses.asdict(r) for r in self.table],
+            "rows": [{**dataclasses.asdict(r), "mostly": r.mostly} for r in self.table],
             "straggler": self.straggler,
             "reason": self.reason,
         }
@@ -151,7 +164,7 @@ def _straggler(rows: list[ProfileRow]) -> tuple[int | None, str]:
     others = [r for r in rows if r is not slow]
     excess = {
         "computing": slow.compute_ms - statistics.median(r.compute_ms for r in others),
-        "loading data": slow.data_ms - statistics.median(r.data_ms for r in others),
+        "waiting for data": slow.data_ms - statistics.median(r.data_ms for r in others),
     }
     what = max(excess, key=excess.get)
     mine = slow.compute_ms if what == "computing" else slow.data_ms

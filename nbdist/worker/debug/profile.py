@@ -4,7 +4,8 @@
 ``N`` for N steps (after the first), a step ending at each ``report()`` call (``reporting.calls``
 calls ``step()``);
 ``finish()`` closes it when the cell ends and says what it saw as a ``ProfileResult``: the
-window's wall time and steps, the time spent loading data (``DataLoader`` iteration), each
+window's wall time and steps, the time spent waiting for data (the batches of nbdist's loaders,
+timed by ``reporting.datawait``, or a ``DataLoader``'s iteration as the profiler saw it), each
 collective's duration (gloo's, NCCL's and DDP's through shared memory, in the order they
 started: the notebook matches them across ranks and reads from their differences who waited for
 whom), and the Chrome trace, for the kernel to merge with the other ranks'. Nothing of this
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from ...protocol import ProfileResult
 from ..collectives import group
 from ..reporting.calls import on_step
+from ..reporting.datawait import waits
 
 _MAX_TRACE = 64 * 2**20  # bytes of compressed trace sent to the notebook, at most
 _COLLECTIVES = ("gloo:", "nccl:", f"{group.NAME}:")  # the last: DDP's through shared memory
@@ -51,6 +53,8 @@ class _Window:
         self.prof = profile(activities=activities, schedule=plan)
         self.count = 0  # report() calls seen
         self.first = self.last = 0.0  # perf_counter() at the first and the latest of them
+        # seconds waited for nbdist's loaders' batches: at the start, the first and latest step
+        self.waited_start = self.waited_first = self.waited_last = waits.waited()
         with _quiet_stderr():
             self.prof.__enter__()
         self.origin = time.perf_counter()  # where the profiler's clock starts (whole cell)
@@ -58,9 +62,10 @@ class _Window:
     def step(self) -> None:
         if self.limit is not None and self.count > self.limit:
             return  # the window has closed
-        now = time.perf_counter()
-        self.first = self.first or now
-        self.last, self.count = now, self.count + 1
+        now, waited = time.perf_counter(), waits.waited()
+        if not self.first:
+            self.first, self.waited_first = now, waited
+        self.last, self.waited_last, self.count = now, waited, self.count + 1
         if self.limit is not None:
             with _quiet_stderr():  # the profiler starts (after the first step) and stops here
                 self.prof.step()
@@ -73,10 +78,12 @@ class _Window:
             steps, seconds = self.count - 1, self.last - self.first
             base = self.first if self.limit else self.origin  # the events' clock's zero
             lo, hi = (self.first - base) * 1e6, (self.last - base) * 1e6
+            waited = self.waited_last - self.waited_first
         else:
             steps, seconds, lo, hi = max(1, self.count), ended - self.origin, -1e18, 1e18
+            waited = waits.waited() - self.waited_start
         events = [e for e in self.prof.events() or [] if lo <= e.time_range.start <= hi]
-        data = sum(e.time_range.elapsed_us() for e in events if e.name.startswith(_DATA))
+        loading = sum(e.time_range.elapsed_us() for e in events if e.name.startswith(_DATA))
         collectives = sorted(
             (e.time_range.start, e.time_range.elapsed_us())
             for e in events
@@ -86,7 +93,7 @@ class _Window:
         return ProfileResult(
             steps=steps,
             seconds=seconds,
-            data=data / 1e6,
+            data=max(loading / 1e6, waited),  # an nbdist loader's wait holds its DataLoader's
             collectives=tuple(d / 1e6 for _, d in collectives),
             trace=self._trace(),
         )

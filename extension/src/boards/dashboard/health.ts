@@ -1,8 +1,10 @@
 /**
  * Many ranks' health at a glance: a compact grid, one cell per rank coloured by its state (ok,
  * slow, silent, dead, failed, stopped, done), its title the rank's detail (host, pid, steps, last
- * loss, step time, CPU, memory, how long it has been quiet, its error). Past MANY_RANKS the board
- * shows this grid, and the full table behind a toggle; a few ranks keep the table alone.
+ * loss, step time, CPU, memory, its wait for data, how long it has been quiet, its error). A rank
+ * that waits for its next batch INPUT_BOUND of its step or more is marked (a hollow cell), and
+ * counted in the summary. Past MANY_RANKS the board shows this grid, and the full table behind
+ * a toggle; a few ranks keep the table alone.
  */
 import { el } from '../../dom';
 import { fmt, fmtInt } from '../../format';
@@ -10,6 +12,8 @@ import { IRankRow } from './messages';
 
 /** Past this many ranks: the grid, the table behind a toggle (the kernel's MANY_RANKS). */
 export const MANY_RANKS = 8;
+/** The share of a step (%) spent waiting for data from which a rank reads as input-bound. */
+export const INPUT_BOUND = 50;
 
 export class HealthGrid {
   readonly node = el('div', 'nbd-health');
@@ -34,16 +38,24 @@ export class HealthGrid {
       return;
     }
     const counts = new Map<string, number>();
+    let bound = 0;
     this.cells.textContent = '';
     for (const row of rows) {
       counts.set(row.state, (counts.get(row.state) ?? 0) + 1);
       const cell = el('span', `nbd-cell nbd-state-${row.state}`);
       cell.dataset.rank = String(row.rank);
       cell.dataset.state = row.state;
+      if (typeof row.data === 'number' && row.data >= INPUT_BOUND) {
+        cell.classList.add('nbdist-input-bound');
+        bound += 1;
+      }
       cell.title = detail(row, loss);
       this.cells.append(cell);
     }
     const states = [...counts.entries()].map(([state, n]) => `${fmtInt(n)} ${state}`);
+    if (bound) {
+      states.push(`${fmtInt(bound)} waiting for data ≥ ${INPUT_BOUND} % of the step (hollow)`);
+    }
     this.summary.textContent = `${fmtInt(rows.length)} ranks: ${states.join(' · ')}`;
     this.node.dataset.cells = String(rows.length);
   }
@@ -79,6 +91,7 @@ function detail(row: IRankRow, loss: (v: number | null) => string): string {
     [row.step_ms, 'ms per step'],
     [row.cpu, '% cpu'],
     [row.rss_mb, 'MB rss'],
+    [row.data, '% of the step waiting for data'],
     [row.quiet, 's quiet']
   ];
   for (const [v, unit] of figures) {

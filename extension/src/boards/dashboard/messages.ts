@@ -65,6 +65,8 @@ export interface IRankRow {
   gpu_mb: number | null;
   /** % of the step in collectives */
   comm: number | null;
+  /** % of the step waiting for the next batch (null when no nbdist loader ran) */
+  data: number | null;
   /** its place along each dimension of its nbdist.mesh: "0/2" */
   pp: string | null;
   dp: string | null;
@@ -99,6 +101,8 @@ export interface IProfileRow {
   comm_ms: number;
   data_ms: number;
   wait_ms: number;
+  /** where most of its step goes: "computing", "in collectives" or "waiting for data" */
+  mostly: string;
 }
 
 /** Where a step's time went on each rank (`--profile`: `Profile.shown`), at the end. */

@@ -14,8 +14,8 @@ import { EVENTS_KEPT, inView } from './store';
 const PARTS: [keyof IProfileRow, string][] = [
   ['compute_ms', 'computing'],
   ['comm_ms', 'communicating'],
-  ['data_ms', 'data loading'],
-  ['wait_ms', 'waiting']
+  ['wait_ms', 'waiting for others'],
+  ['data_ms', 'waiting for data']
 ];
 
 /** The events box: its heading (with the count) and the list, which scrolls. */
@@ -109,7 +109,8 @@ export class LogTail {
   private rank: number | null = null;
 }
 
-/** --profile: a bar per rank, its step split into computing, communicating, data, waiting. */
+/** --profile: a bar per rank, its step split into computing, communicating, waiting for the
+ * others and waiting for data, and where most of it goes. */
 export function drawProfile(box: HTMLElement, p: IProfile | null): void {
   box.textContent = '';
   box.style.display = p ? '' : 'none';
@@ -126,15 +127,17 @@ export function drawProfile(box: HTMLElement, p: IProfile | null): void {
     }
     const bar = el('div', 'nbd-profile-bar');
     for (const [key, label] of PARTS) {
+      const ms = Number(r[key]);
       const part = el('span', 'nbd-part nbd-part-' + key);
-      part.style.width = `${(100 * r[key]) / widest}%`;
-      part.title = `${label} ${fmt(r[key])} ms`;
+      part.style.width = `${(100 * ms) / widest}%`;
+      part.title = `${label} ${fmt(ms)} ms`;
       bar.append(part);
     }
     line.append(
       el('span', 'nbd-profile-rank', `rank ${r.rank}`),
       bar,
-      el('span', 'nbd-num', `${fmt(r.step_ms)} ms`)
+      el('span', 'nbd-num', `${fmt(r.step_ms)} ms`),
+      el('span', 'nbd-profile-mostly', r.mostly ?? '')
     );
     box.append(line);
   }

@@ -1,9 +1,10 @@
 /**
  * The workers' table: a row per rank (its host, its engine's pid, state, steps, loss, step time,
- * CPU, memory, GPU, time in collectives...), one number format per column. Columns no rank has a
- * value for (a mesh's coordinates, a pipeline's stage and idle share) are left out. A rank is one
- * row through the run's attempts: a fresh engine that recovery put in place of a lost one shows
- * its own pid, marked ↻ (its title names the lost ones), on the rank's row, its history kept.
+ * CPU, memory, GPU, time in collectives, waiting for data...), one number format per column.
+ * Columns no rank has a value for (the data wait, a mesh's coordinates, a pipeline's stage and
+ * idle share) are left out. A rank is one row through the run's attempts: a fresh engine that
+ * recovery put in place of a lost one shows its own pid, marked ↻ (its title names the lost
+ * ones), on the rank's row, its history kept.
  */
 import { el } from '../../dom';
 import { columnFormat, fmtInt, MISSING } from '../../format';
@@ -24,6 +25,7 @@ const COLUMNS: [Key, string][] = [
   ['gpu_util', 'gpu %'],
   ['gpu_mb', 'gpu MB'],
   ['comm', 'comm %'],
+  ['data', 'data %'],
   ['pp', 'pp'],
   ['dp', 'dp'],
   ['tp', 'tp'],
@@ -31,15 +33,17 @@ const COLUMNS: [Key, string][] = [
   ['idle', 'idle %'],
   ['quiet', 'quiet s']
 ];
-// Columns shown only when some rank has a value: its coordinates in a mesh (nbdist.mesh: "0/2"
-// along each dimension), a pipeline's stage and its idle (bubble) share.
+// Columns shown only when some rank has a value: its wait for data (an nbdist loader's), its
+// coordinates in a mesh (nbdist.mesh: "0/2" along each dimension), a pipeline's stage and its
+// idle (bubble) share.
 const MESH: Key[] = ['pp', 'dp', 'tp'];
-const OPTIONAL = new Set<Key>([...MESH, 'stage', 'idle']);
+const OPTIONAL = new Set<Key>(['data', ...MESH, 'stage', 'idle']);
 const TEXT = new Set<Key>(['host', 'state', 'stage']);
 const TITLES: Partial<Record<Key, string>> = {
   pp: "its stage along the mesh's pp dimension (nbdist.mesh): index / size",
   dp: "its replica along the mesh's dp dimension (nbdist.mesh): index / size",
   tp: "its shard along the mesh's tp dimension (nbdist.mesh): index / size",
+  data: 'the share of its steps spent waiting for the next batch (from one batch handed out to the next), over its latest second or so',
   loss: "each rank's latest loss, at its latest step (the cell's title names it); the head's is their mean at the step all have passed"
 };
 const WHOLE = new Set<Key>(['rank', 'steps', 'quiet']);
@@ -85,7 +89,9 @@ export class RankTable {
       const tr = el('tr', 'nbd-row-' + row.state);
       tr.dataset.rank = String(row.rank);
       for (const [key] of columns) {
-        tr.append(cell(row, key, formats.get(key) ?? fmtInt));
+        const td = cell(row, key, formats.get(key) ?? fmtInt);
+        td.dataset.col = key;
+        tr.append(td);
       }
       this.tbody.append(tr);
     }
