@@ -48,7 +48,7 @@ _PUBLIC = {
     "is_main": "nbdist.worker.context",
     "device": "nbdist.worker.context",
     "prepare": "nbdist.worker.train.prepare",
-    "loader": "nbdist.worker.shards",
+    "loader": "nbdist.worker.data.loader",
     "train_step": "nbdist.worker.train.step",
     "report": "nbdist.worker.reporting.calls",
     "checkpoint": "nbdist.worker.checkpoint.save",

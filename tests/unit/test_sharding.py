@@ -23,7 +23,7 @@ from nbdist.notebook.data.sharding import (
     shard_sizes,
 )
 from nbdist.protocol import ValueInfo
-from nbdist.worker.shards import batch_count, dataset_order, epoch_order, split_batches
+from nbdist.worker.data.indexed import batch_count, dataset_order, epoch_order, split_batches
 
 
 # -- the plan, without a cluster ------------------------------------------------------------------

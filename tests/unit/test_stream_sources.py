@@ -12,7 +12,7 @@ from nbdist.errors import UsageError
 from nbdist.protocol import RankInfo
 from nbdist.worker import context
 from nbdist.worker.data import sources
-from nbdist.worker.shards import loader
+from nbdist.worker.data.loader import loader
 from nbdist.worker.state import engine
 
 pa = pytest.importorskip("pyarrow")
@@ -129,3 +129,34 @@ def test_loader_keyword_takes_only_an_nbdist_loader():
 
     with pytest.raises(UsageError, match="loader= takes a loader made by nbdist.loader"):
         positions.check("checkpoint", iter([1, 2]))
+
+
+def test_a_datasets_loader_resumes_its_epoch_and_resplits_over_other_ranks(rank):
+    import torch
+
+    ds = torch.utils.data.TensorDataset(torch.arange(50))
+
+    def ids(dl, k=None):
+        it = iter(dl)
+        got = [next(it)[0].tolist() for _ in range(k)] if k else [b[0].tolist() for b in it]
+        return [i for b in got for i in b]
+
+    rank(1, 2)
+    whole = ids(loader(ds, 4, seed=3))
+    dl = loader(ds, 4, seed=3)
+    head = ids(dl, 2)
+    saved = [None, dl.state_dict()]
+    again = loader(ds, 4, seed=3)
+    again._resume(saved)
+    assert head + ids(again) == whole  # the same ranks: the epoch goes on with its next batch
+    had = set()
+    for r in range(2):  # both ranks had 2 batches; then the run goes on over 3 ranks
+        rank(r, 2)
+        had |= set(ids(loader(ds, 4, seed=3), 2))
+    rest = []
+    for r in range(3):
+        rank(r, 3)
+        dl = loader(ds, 4, seed=3)
+        dl._resume(saved)
+        rest += ids(dl)
+    assert set(rest) | had == set(range(50)) and not set(rest) & had
