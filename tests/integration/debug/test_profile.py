@@ -67,6 +67,44 @@ def test_the_profile_names_the_rank_the_others_wait_for(ready):
     assert shown["straggler"] == 1 and len(shown["rows"]) == 2
 
 
+# Rank 1's batches come 40 ms late (its loader's iterator timed as nbdist's loaders time theirs,
+# no DataLoader in sight): rank 0 waits as long for it in each step's all-reduce.
+STARVED = """%%distributed --profile 10 --name starved
+import time, torch
+from nbdist.worker.reporting.datawait import timed
+torch.manual_seed(0)
+model = nbdist.prepare(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+def batches(n):
+    for _ in range(n):
+        if nbdist.rank() == 1:
+            time.sleep(0.04)
+        yield torch.randn(4, 8), torch.randn(4, 1)
+
+for step, (x, y) in enumerate(timed(batches(16))):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+    nbdist.report(step=step, loss=loss.item(), samples=4)
+"""
+
+
+def test_a_rank_starved_by_its_input_is_told_from_one_computing_or_in_collectives(ready):
+    res = ready.ok(STARVED)
+    assert "straggler: rank 1, waiting for data" in res.stdout, res.stdout
+    rows = json.loads(
+        ready.ok(
+            "print(json.dumps([(r.data_ms, r.wait_ms, r.mostly) for r in nbdist.profile().table]))"
+        ).stdout
+    )
+    (fast_data, fast_wait, fast), (slow_data, slow_wait, slow) = rows
+    assert (fast, slow) == ("in collectives", "waiting for data")
+    assert slow_data > 30 and fast_data < 5  # the 40 ms it waits for each batch, per step
+    assert fast_wait > slow_wait + 20  # rank 0 waits for it in the all-reduce
+    table = res.stdout.splitlines()
+    assert any(line.split()[:1] == ["1"] and line.endswith("waiting for data") for line in table)
+
+
 def test_a_profile_of_the_whole_cell_and_nothing_when_not_asked(ready):
     res = ready.ok(SLOW.format(steps="").replace("--profile ", "--profile"))
     assert "straggler: rank 1" in res.stdout
