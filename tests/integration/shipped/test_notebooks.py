@@ -167,3 +167,32 @@ def test_mesh_notebook_splits_layers_and_trains_as_one_process(tmp_path, monkeyp
     assert sum({p: int(n.replace(",", "")) for _, p, _, _, n in stages}.values()) == total
     assert "same training in every layout: True" in joined
     assert "nbdist: cluster stopped" in joined
+
+
+def test_streaming_notebook_resumes_the_epoch_exactly(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBDIST_DATA_DIR", str(tmp_path / "data"))
+    texts = _execute("streaming.ipynb", tmp_path)
+    joined = "\n".join(texts)
+    assert "5,411 rows in 5 files: 1,500, 90, 3,101, 20, 700" in joined
+    assert "85 batches per rank per epoch" in joined
+    # trained: the loss fell from about |w|² (8 features of unit variance) to the noise's
+    losses = [float(v) for v in re.findall(r"loss at the last step: ([\d.]+)", joined)]
+    assert len(losses) == 2 and all(v < 0.01 for v in losses), joined
+
+    # rank 1 was killed after step 45 (late on a loaded machine, but within the first epoch),
+    # replaced, and the run resumed mid-epoch from its latest checkpoint (one every 20 steps)
+    assert "nbdist: recovered 1 time(s)" in joined
+    resumed = re.search(r"resumed at step (\d+): epoch 0, its batch (\d+)", joined)
+    assert resumed and resumed.group(1) == resumed.group(2), joined
+    at = int(resumed.group(1))
+    assert at % 20 == 0 and 40 <= at < 85, joined
+    again = re.search(r"rank 0 trained steps (\d+)-(\d+) twice", joined)
+    assert again and int(again.group(1)) == at and int(again.group(2)) >= 45, joined
+    assert "steps per rank: [120, 120]" in joined
+
+    # the recovered run's batches and parameters are the uninterrupted run's
+    assert "the same batches on every rank at every step: True" in joined
+    assert "the same parameters: True" in joined
+    assert "epoch 0: 5,411 of 5,411 samples trained on, 1 of them twice (the padding)" in joined
+    assert "UserWarning" not in joined
+    assert "nbdist: cluster stopped" in joined
