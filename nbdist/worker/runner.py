@@ -24,6 +24,7 @@ from . import console, host, rendezvous, script, state, trials
 from .checkpoint import save as checkpoint
 from .collectives import counting
 from .continuity import rebinding, snapshot
+from .data import workers as loader_workers
 from .debug import postmortem, stacks
 from .debug import profile as profiler
 from .reporting import sender
@@ -176,6 +177,7 @@ def run_cell(req: CellRequest) -> CellOutcome:
         out = _failure(exc, req.program.filename)
         if out.kind != "ok":
             rendezvous.abort()
+            loader_workers.reclaim()  # not held by the frames postmortem keeps
             postmortem.keep(exc, req.program.filename)  # for %nbdist debug, until the next cell
     finally:
         profiled = profiler.finish() if opts.profile else None

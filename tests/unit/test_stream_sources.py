@@ -160,3 +160,16 @@ def test_a_datasets_loader_resumes_its_epoch_and_resplits_over_other_ranks(rank)
         dl._resume(saved)
         rest += ids(dl)
     assert set(rest) | had == set(range(50)) and not set(rest) & had
+
+
+def test_an_iterator_whose_workers_were_reclaimed_goes_on_where_it_stood(tmp_path, rank):
+    from nbdist.worker.data import workers
+
+    rank(0, 1)
+    _jsonl(tmp_path / "a.jsonl", range(40))
+    whole = [b["id"].tolist() for b in loader(str(tmp_path / "a.jsonl"), 4, num_workers=2)]
+    dl = loader(str(tmp_path / "a.jsonl"), 4, num_workers=2)
+    it = iter(dl)
+    head = [next(it)["id"].tolist() for _ in range(3)]
+    workers.reclaim()  # as after a failed cell: its worker processes end now
+    assert head + [b["id"].tolist() for b in it] == whole

@@ -22,7 +22,7 @@ import torch.utils.data as tud
 
 from ...errors import UsageError
 from ..reporting.datawait import timed
-from . import columns, plan
+from . import columns, plan, workers
 
 _CACHE_ROWS = 4  # windows' worth of rows a worker keeps decoded blocks of
 
@@ -126,6 +126,8 @@ class BlockLoader:
         self._options = dict(options or {})
         self.epoch = 0
         self._start: _Start | None = None  # given by _resume, taken by the next iterator
+        self._reading: _Reading | None = None  # the epoch being handed out
+        workers.register(self)
         self._at = _Start(0, None)  # the live position: epoch, domain, handed out, workers
 
     # -- what people call ---------------------------------------------------------------------
@@ -201,21 +203,72 @@ class BlockLoader:
         start = self._start or _Start(self.epoch, None)
         self._start = None
         self.epoch = start.epoch + 1
-        workers = int(self._options.get("num_workers", 0) or 0)
-        part = plan.rank_part(self._domain(start.domain), self.world, self.rank)
-        n = self._batches(start.domain)
-        runs = _runs(n, workers, start)
-        s = self.settings
-        order = plan.Epoch(self.source.sizes, s.shuffle, s.seed, start.epoch, s.window)
-        reader = _Reader(self.source, order, part, runs, s, self._transform)
-        options = {k: v for k, v in self._options.items() if k != "persistent_workers"}
-        batches = tud.DataLoader(reader, batch_size=None, **options)
-        self._at = _Start(start.epoch, start.domain, start.done, max(workers, 1))
-        for done, batch in enumerate(batches, start.done + 1):
-            if self._device is not None:
-                batch = columns.to_device(batch, self._device)
-            self._at = _Start(start.epoch, start.domain, done, max(workers, 1))
-            yield batch
+        self.reclaim()  # one epoch's workers at a time: an older iterator's go
+        reading = self._reading = _Reading(self, start)
+        self._at = reading.position()
+        try:
+            while (batch := reading.next()) is not None:
+                self._at = reading.position()
+                yield batch
+        finally:
+            reading.close()
+
+    def reclaim(self) -> None:
+        """End the worker processes of this loader's epoch in progress: its iterator, if asked
+        for more, starts new ones where it stands (after a failed cell, a newer epoch)."""
+        if self._reading is not None:
+            self._reading.close()
+
+
+class _Reading:
+    """An epoch being handed out: torch's DataLoader over this rank's runs, made again from the
+    batches handed out so far if its workers were reclaimed."""
+
+    def __init__(self, loader: BlockLoader, start: _Start) -> None:
+        self.loader, self.start = loader, start
+        self.workers = max(int(loader._options.get("num_workers", 0) or 0), 1)
+        self.n = loader._batches(start.domain)
+        self.done = start.done
+        self.batches: Iterator[Any] | None = None
+
+    def position(self) -> _Start:
+        return _Start(self.start.epoch, self.start.domain, self.done, self.workers)
+
+    def next(self) -> Any:
+        """The next batch, or None when the epoch has been handed out."""
+        if self.done >= self.n:
+            return None
+        if self.batches is None:
+            self.batches = self._open()
+        batch = next(self.batches)
+        self.done += 1
+        device = self.loader._device
+        return batch if device is None else columns.to_device(batch, device)
+
+    def _open(self) -> Iterator[Any]:
+        lo, s, start = self.loader, self.loader.settings, self.start
+        begun = _Start(start.epoch, start.domain, self.done, start.workers or self.workers)
+        part = plan.rank_part(lo._domain(start.domain), lo.world, lo.rank)
+        order = plan.Epoch(lo.source.sizes, s.shuffle, s.seed, start.epoch, s.window)
+        runs = _runs(self.n, self.workers, begun)
+        reader = _Reader(lo.source, order, part, runs, s, lo._transform)
+        options = {k: v for k, v in lo._options.items() if k != "persistent_workers"}
+        return iter(tud.DataLoader(reader, batch_size=None, **options))
+
+    def close(self) -> None:
+        """Its workers end now (torch ends them at the iterator's ``__del__``, which a failed
+        cell's traceback, kept for ``%nbdist debug``, would put off)."""
+        if self.batches is not None:
+            _stop_workers(self.batches)
+            self.batches = None
+
+
+def _stop_workers(batches: Any) -> None:
+    """End a DataLoader iterator's worker processes (torch does at its ``__del__``, which an
+    exception's traceback, kept by the engine, would put off)."""
+    stop = getattr(batches, "_shutdown_workers", None)
+    if stop is not None:
+        stop()
 
 
 def _runs(batches: int, workers: int, start: _Start) -> list[list[plan.Run]]:

@@ -140,7 +140,7 @@ def test_a_sigkilled_rank_resumes_the_epoch_with_the_batches_it_would_have_had(
     hit = threading.Event()
 
     def inject():
-        try:  # mid-epoch (an epoch is 49 steps), between two checkpoints
+        try:  # mid-epoch (an epoch is 51 steps), between two checkpoints
             wait_until(lambda: len(_seen(log, 0)) >= 27, 90, what="training to reach step 27")
             os.kill(victim, signal.SIGKILL)
             hit.set()
@@ -165,3 +165,41 @@ def test_a_failed_cell_resumes_its_epoch_with_resume(cluster, files, reference, 
     log = str(tmp_path / "stream-failed")
     assert [_seen(log, r) for r in (0, 1)] == reference[1]
     assert _same(params, reference[0])
+
+
+PREPARE = """
+import torch
+torch.manual_seed(0)
+model = nbdist.prepare(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+dl = nbdist.loader(FILES, batch_size=32, num_workers=2, seed=7, shuffle_window=256)
+trained = 0
+"""
+EPOCHS = """
+import os, psutil, time
+for epoch in range(N):
+    for b in dl:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(b["x"]).squeeze(1), b["y"]).backward()
+        opt.step()
+        trained += 1
+        time.sleep(PAUSE)
+trained
+"""
+WORKERS = "len(psutil.Process(os.getpid()).children())"
+
+
+def test_a_stop_mid_epoch_leaves_no_loader_workers_and_the_next_cell_trains(cluster, files):
+    import _thread
+    import random
+
+    cluster.run(PREPARE)
+    threading.Timer(random.uniform(1.0, 3.0), _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        cluster.run("N, PAUSE = 1000, 0.01\n" + EPOCHS, CellOptions(timeout=120))
+    stopped_at = cluster.run("trained")
+    assert stopped_at > 0
+    # the stopped epoch's loader workers are gone, not waiting for a traceback to be freed
+    wait_until(lambda: cluster.run("import os, psutil\n" + WORKERS) == 0, 30, what="workers gone")
+    epoch = math.ceil(math.ceil(ROWS / 2) / 32)
+    assert cluster.run("N, PAUSE = 1, 0\n" + EPOCHS, CellOptions(timeout=120)) == stopped_at + epoch
