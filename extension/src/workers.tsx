@@ -165,8 +165,8 @@ function RankTable(props: { shown: Shown }): JSX.Element {
             <th>state</th>
             <th>host</th>
             <th>cpu %</th>
-            <th>step</th>
             {data && <th title="of its steps spent waiting for the next batch">data %</th>}
+            <th>step</th>
             <th>last report</th>
           </tr>
         </thead>
@@ -180,9 +180,6 @@ function RankTable(props: { shown: Shown }): JSX.Element {
               </td>
               <td>{w.host || MISSING}</td>
               <td className="jp-nbdist-num">{w.cpu === null ? MISSING : fmt(w.cpu, 3)}</td>
-              <td className="jp-nbdist-num">
-                {w.step_time === null ? MISSING : fmtDuration(w.step_time)}
-              </td>
               {data && (
                 <td className="jp-nbdist-num jp-nbdist-dataShare">
                   {w.data_share === null || w.data_share === undefined
@@ -190,6 +187,9 @@ function RankTable(props: { shown: Shown }): JSX.Element {
                     : fmtInt(w.data_share * 100)}
                 </td>
               )}
+              <td className="jp-nbdist-num">
+                {w.step_time === null ? MISSING : fmtDuration(w.step_time)}
+              </td>
               <td className="jp-nbdist-num">
                 {w.last_report_age === null ? MISSING : `${fmtDuration(w.last_report_age)} ago`}
               </td>

@@ -266,16 +266,28 @@ def test_an_interrupted_run_is_kept_as_interrupted(ready):
 
 # -- a real browser ------------------------------------------------------------------------------
 BROWSER_TRAIN = """%%distributed --total 300 --name browser --profile 20
-import math, time
+import math, time, torch
 mesh = nbdist.mesh(dp=2)  # the two ranks as data-parallel replicas: the table's dp column
-for i in range(300):
+
+class Steps(torch.utils.data.Dataset):  # rank 1's batches come late: the table's data column
+    def __len__(self):
+        return 600
+
+    def __getitem__(self, i):
+        time.sleep(0.035 if nbdist.rank() == 1 else 0.0)
+        return i
+
+for i, _ in enumerate(nbdist.loader(Steps(), 1, shuffle=False)):
     loss = (1 + 0.3 * nbdist.rank()) * math.exp(-i / 25) + 1e-4
     extra = {"val_loss": 2 * loss} if i % 25 == 0 else {}  # a metric at its own cadence
     nbdist.report(step=i, loss=loss, samples=32, acc=1 - math.exp(-i / 60), **extra)
     if i % 50 == 0:
         print(f"step {i}")
-    time.sleep(0.05)
+    time.sleep(0.015 if nbdist.rank() == 1 else 0.05)
 """
+#: Each rank's data % (the workers table's data column) as drawn.
+DATA_COLUMN = """() => [...document.querySelector('.nbd-dashboard')
+  .querySelectorAll('tbody td[data-col="data"]')].map(td => td.textContent)"""
 #: A run that recovers: rank 1's engine dies once at step 50 (SIGKILL; the file ONCE says it
 #: did), ``--restarts 1`` puts a fresh engine in its place and the loop resumes from its
 #: checkpoint of step 50; past step 60 each step's ordinary events (as sync= training's drift
@@ -377,6 +389,12 @@ def test_dashboard_in_a_real_browser(lab):
             expect(board.locator("tbody td.nbd-mesh[data-dim='dp']")).to_have_text(["0/2", "1/2"])
             assert board.locator("td.nbd-mesh:not([data-dim='dp'])").count() == 0
             assert "dp" in board.locator("thead th").all_inner_texts()
+            # the share of each step waiting for data: rank 1 waits most of it, rank 0 hardly
+            page.wait_for_function(
+                f"() => {{ const d = ({DATA_COLUMN})().map(Number);"
+                " return d.length === 2 && d[1] > 50 && d[0] < 20; }"
+            )
+            assert "data %" in board.locator("thead th").all_inner_texts()
             board.scroll_into_view_if_needed()
             board.screenshot(path=str(SHOTS / "dashboard-live-light.png"))
 
@@ -408,6 +426,8 @@ def test_dashboard_in_a_real_browser(lab):
             # --profile 20: a bar per rank, split into where its steps' time went
             expect(board.locator(".nbd-profile-row")).to_have_count(2)
             assert "where a step's time goes" in board.locator(".nbd-profile").inner_text()
+            mostly = board.locator(".nbd-profile-mostly")
+            expect(mostly).to_have_text(["computing", "waiting for data"])
             loss = board.locator(".nbdist-chart[data-metric='loss']")
             plot = loss.locator(".u-over")
             box = plot.bounding_box()

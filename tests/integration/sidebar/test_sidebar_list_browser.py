@@ -6,7 +6,8 @@ listed only with "all cells"), and last a run of 64 ranks. The table pages throu
 (``1–20 of 46``, next, prev), finds runs by a part of the name in any case, filters by status,
 sorts by any summary metric from the column's header, and shows the columns chosen; runs ticked
 on two pages are compared. The card of the 64-rank run is a compact grid, a cell per rank
-coloured by its state, with the table of every rank a click away; its run view charts each
+coloured by its state (hollow: a rank that waited for data most of its steps), with the table
+of every rank a click away; its run view charts each
 metric as the mean, the band of the 64 ranks' values (shaded) and the outlier rank's own line,
 named. ipyparallel's own cluster panel is not in the lab. Screenshots, light and dark:
 test-artifacts/screenshots/sidebar-runs-*.
@@ -37,6 +38,9 @@ RANKS = 64
 WIDE_STATES = {5: "failed", 17: "dead", 40: "failed", 41: "stopped", 42: "stopped"}
 #: The wide run's outlier: its loss climbs away from the others'.
 OUTLIER = 40
+#: The wide run's ranks starved by their input: each waited 80 % of its steps for data (the
+#: others 5 %).
+STARVED = (3, 11, 19)
 
 
 def _name(i: int) -> str:
@@ -97,6 +101,7 @@ def made(data) -> dict[str, int]:
                 "host": f"node{r // 8}",
                 "state": WIDE_STATES.get(r, "done"),
                 "cpu": 50.0 + r,
+                "data_share": 0.8 if r in STARVED else 0.05,
             }
             for r in range(RANKS)
         ],
@@ -322,11 +327,19 @@ def test_a_64_rank_runs_card_is_a_grid_with_its_table_a_click_away(page, made):
     assert box["width"] <= 14 and box["height"] <= 14  # small: 64 fit the sidebar's width
     legend = card.locator(".jp-nbdist-legend").inner_text()
     assert "done 59" in legend and "failed 2" in legend and "dead 1" in legend
+    # the ranks starved by their input are hollow, counted in the legend
+    hollow = card.locator(".jp-nbdist-rankCell.nbdist-input-bound")
+    assert hollow.evaluate_all("cs => cs.map(c => +c.dataset.rank)") == list(STARVED)
+    assert "waiting for data ≥ 50 % 3" in legend
+    assert "waiting for data 80 % of the step" in cells.nth(STARVED[0]).get_attribute("title")
     card.get_by_role("button", name=f"table of {RANKS} ranks").click()
     rows = card.locator(".jp-nbdist-rankTable tbody tr")
     wait_until(lambda: rows.count() == RANKS, 15, what="a row per rank")
     first = rows.evaluate_all("rs => rs.slice(0, 5).map(r => [+r.dataset.rank, r.dataset.state])")
     assert first == [[5, "failed"], [17, "dead"], [40, "failed"], [41, "stopped"], [42, "stopped"]]
+    assert "data %" in card.locator(".jp-nbdist-rankTable thead th").all_inner_texts()
+    data = card.locator(".jp-nbdist-rankTable tr[data-rank='3'] .jp-nbdist-dataShare")
+    assert data.inner_text() == "80"
     card.locator(".jp-nbdist-rankCells").scroll_into_view_if_needed()
     page.mouse.move(5, 5)
     shot(page, "runs-wide-card", dark_too=True)
