@@ -173,3 +173,32 @@ def test_an_iterator_whose_workers_were_reclaimed_goes_on_where_it_stood(tmp_pat
     head = [next(it)["id"].tolist() for _ in range(3)]
     workers.reclaim()  # as after a failed cell: its worker processes end now
     assert head + [b["id"].tolist() for b in it] == whole
+
+
+def test_files_without_the_first_files_columns_are_named_before_any_batch(tmp_path, rank):
+    rank(0, 1)
+    pq.write_table(pa.table({"id": [1, 2], "y": [0.5, 1.5]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": [3, 4]}), tmp_path / "b.parquet")
+    with pytest.raises(UsageError, match=r"b.parquet has no column 'y', which .*a.parquet has"):
+        loader(str(tmp_path / "*.parquet"), 2)
+
+
+def test_a_json_lines_file_cut_short_is_unreadable_and_can_be_left_out(tmp_path, rank, capsys):
+    rank(0, 1)
+    _jsonl(tmp_path / "a.jsonl", range(6))
+    (tmp_path / "b.jsonl").write_text('{"id": 6, "v": [1.5, 6.0]}\n{"id": 7, "v": [1.')
+    with pytest.raises(UsageError, match=r"cannot read .*b.jsonl: .*skip_unreadable=True"):
+        loader(str(tmp_path / "*.jsonl"), 2)
+    dl = loader(str(tmp_path / "*.jsonl"), 2, skip_unreadable=True)
+    assert sorted(i for b in dl for i in b["id"].tolist()) == list(range(6))
+    assert "left out 1 unreadable file(s)" in capsys.readouterr().out
+
+
+def test_a_bad_line_met_in_a_worker_is_one_line_naming_the_file(tmp_path, rank):
+    rank(0, 1)
+    lines = [json.dumps({"id": i, "v": [1.0, 2.0]}) for i in range(10)]
+    lines[5] = "{not json"
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(UsageError) as e:
+        list(loader(str(tmp_path / "a.jsonl"), 2, num_workers=1, shuffle=False))
+    assert "\n" not in str(e.value) and "a.jsonl" in str(e.value), str(e.value)

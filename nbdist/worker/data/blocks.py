@@ -12,6 +12,7 @@ ranks there are now. An iterator chooses where it starts at its first ``next()``
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -127,6 +128,7 @@ class BlockLoader:
         self.epoch = 0
         self._start: _Start | None = None  # given by _resume, taken by the next iterator
         self._reading: _Reading | None = None  # the epoch being handed out
+        self._warned = False  # torch has given its advice on the number of workers
         workers.register(self)
         self._at = _Start(0, None)  # the live position: epoch, domain, handed out, workers
 
@@ -240,7 +242,12 @@ class _Reading:
             return None
         if self.batches is None:
             self.batches = self._open()
-        batch = next(self.batches)
+        try:
+            batch = next(self.batches)
+        except UsageError as e:  # from a worker, torch wraps it in the worker's traceback
+            raise UsageError(
+                str(e).rstrip().splitlines()[-1].split("UsageError: ", 1)[-1]
+            ) from None
         self.done += 1
         device = self.loader._device
         return batch if device is None else columns.to_device(batch, device)
@@ -253,7 +260,13 @@ class _Reading:
         runs = _runs(self.n, self.workers, begun)
         reader = _Reader(lo.source, order, part, runs, s, lo._transform)
         options = {k: v for k, v in lo._options.items() if k != "persistent_workers"}
-        return iter(tud.DataLoader(reader, batch_size=None, **options))
+        with warnings.catch_warnings():
+            if lo._warned:  # torch's advice on the number of workers: once per loader
+                warnings.filterwarnings(
+                    "ignore", message=".*worker processes", category=UserWarning
+                )
+            lo._warned = True
+            return iter(tud.DataLoader(reader, batch_size=None, **options))
 
     def close(self) -> None:
         """Its workers end now (torch ends them at the iterator's ``__del__``, which a failed

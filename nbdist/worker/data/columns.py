@@ -1,7 +1,9 @@
 """A block's rows as a batch: a dict of column name to tensor, as torch's default collate makes
 of dict samples. Numbers and booleans become 1-D tensors, lists of numbers of one length (an
 embedding, an image's pixels) 2-D or more; text and what has no tensor form stays a list of
-Python values, as collate leaves strings."""
+Python values, as collate leaves strings. Lists of uneven length (token ids) come as a list of
+1-D tensors where collate would fail: pad them in ``transform=``. A missing float is NaN; a
+missing integer or boolean has no tensor form and is named in one line."""
 
 from __future__ import annotations
 
@@ -13,17 +15,33 @@ import numpy as np
 def batch(table: Any) -> dict[str, Any]:
     """``table`` (a ``pyarrow.Table``) as a dict of column name to tensor or list."""
     table = table.combine_chunks()
-    return {name: _column(table.column(name)) for name in table.column_names}
+    return {name: _column(name, table.column(name)) for name in table.column_names}
 
 
-def _column(column: Any) -> Any:
+def _column(name: str, column: Any) -> Any:
+    import pyarrow.compute as pc
+    import pyarrow.types as t
     import torch
 
+    from ...errors import UsageError
+
     array = column.chunk(0) if column.num_chunks else column
+    if array.null_count and t.is_floating(array.type):
+        array = pc.fill_null(array, float("nan"))
+    elif array.null_count and (t.is_integer(array.type) or t.is_boolean(array.type)):
+        raise UsageError(
+            f"nbdist.loader: column {name!r} has missing values, which integers and booleans "
+            "cannot hold in a tensor: fill them in the files, or store the column as floats"
+        )
     values = _numbers(array)
-    if values is None:
-        return array.to_pylist()
-    return torch.from_numpy(values)
+    if values is not None:
+        return torch.from_numpy(values)
+    if t.is_list(array.type) or t.is_large_list(array.type):
+        parts = (_numbers(array[i].values) for i in range(len(array)))
+        rows = [torch.from_numpy(p) if p is not None else None for p in parts]
+        if all(r is not None for r in rows):
+            return rows
+    return array.to_pylist()
 
 
 def _numbers(array: Any) -> np.ndarray | None:

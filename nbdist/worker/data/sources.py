@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ TABLE_BLOCK = 8192  # rows of a block of a Hugging Face Dataset
 PARQUET = (".parquet", ".pq")
 JSONL = (".jsonl", ".json", ".ndjson")
 _SCAN = 16 << 20  # bytes read at a time while finding a JSON-lines file's line ends
+_TAIL = 1 << 20  # bytes from a JSON-lines file's end in which its last line is looked for
 
 
 def pyarrow() -> Any:
@@ -84,11 +86,6 @@ class Files:
             if self.schema is None or table.schema == self.schema:
                 return table
             return table.select(self.schema.names).cast(self.schema)
-        except KeyError as e:
-            raise UsageError(
-                f"nbdist.loader: {path} has no column {e}, which {self.paths[0]} has: give every "
-                "file the same columns"
-            ) from None
         except UsageError:
             raise
         except Exception as e:  # a file changed or broke after it was indexed
@@ -154,10 +151,10 @@ def files(spec: Any, skip_unreadable: bool) -> Files:
                 f"nbdist.loader reads Parquet ({', '.join(PARQUET)}) and JSON lines "
                 f"({', '.join(JSONL)}); {p} is neither: convert it, or pass a torch Dataset"
             )
-    kept, blocks, skipped = [], [], []
+    kept, blocks, skipped, names = [], [], [], None
     for p in paths:
         try:
-            mine = _index_parquet(p) if p.endswith(PARQUET) else _index_jsonl(p)
+            mine, columns = _index_parquet(p) if p.endswith(PARQUET) else _index_jsonl(p)
         except Exception as e:
             if not skip_unreadable:
                 raise UsageError(
@@ -166,6 +163,14 @@ def files(spec: Any, skip_unreadable: bool) -> Files:
                 ) from None
             skipped.append(p)
             continue
+        if mine and names is None:
+            names, first = columns, p
+        elif mine and not set(names) <= set(columns):
+            missing = ", ".join(repr(c) for c in names if c not in columns)
+            raise UsageError(
+                f"nbdist.loader: {p} has no column {missing}, which {first} has: give every "
+                "file the same columns, or list only the files that have them"
+            )
         blocks += [_Block(len(kept), **b) for b in mine]
         kept.append(p)
     if skipped:
@@ -181,17 +186,34 @@ def _why(e: Exception) -> str:
     return text if len(text) < 200 else text[:200] + "…"
 
 
-def _index_parquet(path: str) -> list[dict]:
+def _index_parquet(path: str) -> tuple[list[dict], list[str]]:
+    """Its row groups, and its columns: from the file's footer alone."""
     import pyarrow.parquet as pq
 
     pyarrow()
-    meta = pq.ParquetFile(path).metadata
+    file = pq.ParquetFile(path)
+    meta = file.metadata
     groups = (meta.row_group(g).num_rows for g in range(meta.num_row_groups))
-    return [{"rows": n, "group": g} for g, n in enumerate(groups) if n]
+    return [{"rows": n, "group": g} for g, n in enumerate(groups) if n], file.schema_arrow.names
 
 
-def _index_jsonl(path: str) -> list[dict]:
-    """Blocks of ``JSONL_BLOCK`` lines: the byte offset of every such line's start."""
+def _index_jsonl(path: str) -> tuple[list[dict], list[str]]:
+    """Blocks of ``JSONL_BLOCK`` lines (the byte offset of every such line's start), and the
+    columns of its first line. Its first and last lines are parsed here (a file cut short
+    while written fails now); the others as they are read."""
+    blocks = _jsonl_blocks(path)
+    if not blocks:
+        return [], []
+    with open(path, "rb") as f:
+        head = json.loads(f.readline())
+        f.seek(max(0, blocks[-1]["stop"] - _TAIL))
+        json.loads(f.read().rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    if not isinstance(head, dict):
+        raise ValueError(f"its first line is a {type(head).__name__}, not an object")
+    return blocks, list(head)
+
+
+def _jsonl_blocks(path: str) -> list[dict]:
     starts, lines, at, last = [0], 0, 0, b"\n"
     with open(path, "rb") as f:
         while chunk := f.read(_SCAN):

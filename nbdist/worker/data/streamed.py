@@ -68,6 +68,7 @@ def loader(
             f"batch_size {batch_size} is more than the {per} rows of each rank's part, so "
             "drop_last=True leaves no batch: use a smaller batch_size or drop_last=False"
         )
+    _same_everywhere(source, info.rank)
     settings = blocks.Settings(batch_size, shuffle, seed, drop_last, window)
     return blocks.BlockLoader(
         source,
@@ -95,3 +96,20 @@ def _iterable(data: Any) -> bool:
     except ImportError:
         return False
     return isinstance(data, tud.IterableDataset)
+
+
+def _same_everywhere(source: Any, rank: int) -> None:
+    """Every rank must plan over the same data (each indexes the files on its own host): one
+    small all-gather of what each found, the same line on every rank when they differ."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    found: list = [None] * dist.get_world_size()
+    dist.all_gather_object(found, (source.fingerprint(), source.describe()))
+    if len({f for f, _ in found}) > 1:
+        seen = "; ".join(f"rank {r}: {d}" for r, (_, d) in enumerate(found))
+        raise UsageError(
+            f"nbdist.loader: the ranks see different data ({seen}): every rank must read the "
+            "same files (a shared file system, or the same copy on every host)"
+        )

@@ -203,3 +203,11 @@ def test_a_stop_mid_epoch_leaves_no_loader_workers_and_the_next_cell_trains(clus
     wait_until(lambda: cluster.run("import os, psutil\n" + WORKERS) == 0, 30, what="workers gone")
     epoch = math.ceil(math.ceil(ROWS / 2) / 32)
     assert cluster.run("N, PAUSE = 1, 0\n" + EPOCHS, CellOptions(timeout=120)) == stopped_at + epoch
+
+
+def test_ranks_that_see_different_files_are_told_in_one_line(cluster, files):
+    cell = "nbdist.loader(FILES if nbdist.rank() == 0 else FILES.replace('*', '[0-2]*'), 8)"
+    with pytest.raises(DistributedCellError) as e:
+        cluster.run(cell, CellOptions(timeout=60))
+    text = str(e.value)
+    assert "the ranks see different data (rank 0: 5 files, 3,208 rows; rank 1: 3 files" in text
