@@ -120,7 +120,7 @@ function Cells(props: { shown: Shown }): JSX.Element {
 }
 
 /** The ranks as a list, an item each (tiles or cells), coloured by state, titled with the
- * detail; `children` fills an item. */
+ * detail; `children` fills an item (a tile), else it is a cell, hollow when input-bound. */
 function RankList(props: {
   shown: Shown;
   className: string;
@@ -137,7 +137,7 @@ function RankList(props: {
           data-state={state}
           data-reported={w.state}
           className={`${props.item}jp-nbdist-worker jp-nbdist-state-${state}${
-            inputBound(w) ? ' nbdist-input-bound' : ''
+            !props.children && inputBound(w) ? ' nbdist-input-bound' : ''
           }`}
           title={workerTitle(w)}
           aria-label={props.children ? undefined : `rank ${w.rank}: ${state}`}

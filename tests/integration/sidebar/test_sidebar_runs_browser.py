@@ -302,17 +302,28 @@ def test_two_runs_ticked_and_compared(page, runs):
 
 MESH = """\
 %%distributed --name mesh --timeout 120
-import time
+import time, torch
 mesh = nbdist.mesh(dp=2, tp=2)
-for step in range(40):
+
+class Steps(torch.utils.data.Dataset):  # rank 2's batches come late: its tile says so
+    def __len__(self):
+        return 160
+
+    def __getitem__(self, i):
+        time.sleep(0.03 if nbdist.rank() == 2 else 0.0)
+        return i
+
+for step, _ in enumerate(nbdist.loader(Steps(), 1, shuffle=False)):
     nbdist.report(step=step, loss=1.0 / (step + 1), samples=32)
-    time.sleep(0.02)
+    time.sleep(0.02 if nbdist.rank() == 2 else 0.05)
 """
 
 
 def test_each_ranks_place_in_the_mesh_is_on_its_tile(page, kernel):
     """A dp × tp mesh on 4 engines: each tile shows its rank's coordinates, the legend which
-    dimensions they are, its tooltip the whole; on the card and in the run's view."""
+    dimensions they are, its tooltip the whole; on the card and in the run's view. Each tile
+    also shows the share of its steps the rank waited for data (rank 2's Dataset is slow), and
+    the run's view charts it."""
     kernel.run("%nbdist stop")  # the module's 2 engines, when an earlier test left them running
     kernel.ok("%nbdist start -n 4", timeout=180)
     try:
@@ -332,11 +343,18 @@ def test_each_ranks_place_in_the_mesh_is_on_its_tile(page, kernel):
     assert coords.all_inner_texts() == ["0·0", "0·1", "1·0", "1·1"]
     assert c.get_by_test_id("nbdist-mesh-key").inner_text() == "mesh: dp·tp of 2×2"
     assert "dp 1/2 tp 0/2" in c.locator('.jp-nbdist-worker[data-rank="2"]').get_attribute("title")
+    waits = c.locator(".jp-nbdist-workerData")
+    wait_until(lambda: waits.count() == 4, 30, what="each tile's data share")
+    shares = [float(waits.nth(i).get_attribute("data-share")) for i in range(waits.count())]
+    assert len(shares) == 4 and shares[2] > 0.4 and max(shares[:2] + shares[3:]) < 0.2, shares
+    assert re.fullmatch(r"data \d+%", waits.nth(2).inner_text())
     shot(page, "mesh", dark_too=True)
     c.get_by_role("button", name="Open run").click()
     view = page.locator(f"#nbdist-run-{run_id}")
     tiles = view.locator(".jp-nbdist-workerMesh")
     wait_until(lambda: tiles.count() == 4, 30, what="the coordinates in the run's view")
     assert tiles.all_inner_texts() == ["0·0", "0·1", "1·0", "1·1"]
+    chart = view.locator(".jp-nbdist-chartBox[data-metric='data_share']")
+    wait_until(lambda: chart.count() == 1, 30, what="the data share's chart in the run's view")
     view.locator(".jp-nbdist-workers").scroll_into_view_if_needed()
     shot(page, "mesh-detail", dark_too=True)
