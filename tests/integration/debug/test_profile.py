@@ -94,6 +94,7 @@ def test_a_rank_starved_by_its_input_is_told_from_one_computing_or_in_collective
     assert "straggler: rank 1, waiting for data" in res.stdout, res.stdout
     rows = json.loads(
         ready.ok(
+            "import json\n"
             "print(json.dumps([(r.data_ms, r.wait_ms, r.mostly) for r in nbdist.profile().table]))"
         ).stdout
     )
