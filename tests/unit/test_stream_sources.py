@@ -202,3 +202,48 @@ def test_a_bad_line_met_in_a_worker_is_one_line_naming_the_file(tmp_path, rank):
     with pytest.raises(UsageError) as e:
         list(loader(str(tmp_path / "a.jsonl"), 2, num_workers=1, shuffle=False))
     assert "\n" not in str(e.value) and "a.jsonl" in str(e.value), str(e.value)
+
+
+def _tar(path, first: int, count: int) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for n in range(first, first + count):
+            for ext, body in (
+                ("cls", str(n % 10).encode()),
+                ("json", json.dumps({"id": n}).encode()),
+            ):
+                info = tarfile.TarInfo(f"shard/{n:06d}.{ext}")
+                info.size = len(body)
+                tar.addfile(info, io.BytesIO(body))
+
+
+def test_webdataset_tar_shards_give_every_sample_once_as_bytes(tmp_path, rank, monkeypatch):
+    from nbdist.worker.data import tars
+
+    monkeypatch.setattr(tars, "TAR_BLOCK", 16)  # several blocks a shard
+    _tar(tmp_path / "a.tar", 0, 100)
+    _tar(tmp_path / "b.tar", 100, 3)
+    seen = []
+    for r in range(2):
+        rank(r, 2)
+        for b in loader(str(tmp_path / "*.tar"), 8, num_workers=2, seed=4):
+            assert sorted(b) == ["__key__", "cls", "json"]
+            ids = [json.loads(j)["id"] for j in b["json"]]
+            assert b["__key__"] == [f"shard/{i:06d}" for i in ids]
+            assert b["cls"] == [str(i % 10).encode() for i in ids]
+            seen += ids
+    assert set(seen) == set(range(103)) and len(seen) == 104  # one padded sample
+
+
+def test_a_compressed_tar_is_named_unreadable(tmp_path, rank):
+    import tarfile
+
+    rank(0, 1)
+    _tar(tmp_path / "a.tar", 0, 4)
+    with tarfile.open(tmp_path / "a.tar") as plain, tarfile.open(tmp_path / "z.tar", "w:gz") as z:
+        for m in plain:
+            z.addfile(m, plain.extractfile(m))
+    with pytest.raises(UsageError, match=r"cannot read .*z.tar: .*skip_unreadable=True"):
+        loader(str(tmp_path / "z.tar"), 2)

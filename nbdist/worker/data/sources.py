@@ -1,7 +1,8 @@
 """Where a loader's samples come from, as blocks of known size read one at a time: Parquet
 files (a block is a row group), JSON-lines files (a block is ``JSONL_BLOCK`` lines, found by one
-scan of the file for its line ends) and a Hugging Face ``datasets.Dataset`` (a block is
-``TABLE_BLOCK`` rows of its memory-mapped Arrow table, never copied whole).
+scan of the file for its line ends), WebDataset tar shards (``tars``) and a Hugging Face
+``datasets.Dataset`` (a block is ``TABLE_BLOCK`` rows of its memory-mapped Arrow table, never
+copied whole).
 
 ``files(spec, skip_unreadable)`` turns a path, a glob, or a list of them into a ``Files`` source,
 checking each file as it indexes it: what cannot be read is named in one line (or left out,
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import UsageError
+from . import tars
 
 JSONL_BLOCK = 8192  # lines of a JSON-lines block
 TABLE_BLOCK = 8192  # rows of a block of a Hugging Face Dataset
@@ -58,7 +60,8 @@ class Files:
 
     paths: list[str]
     blocks: list[_Block]
-    schema: Any = None  # the first file's columns: every block is read as these
+    columns: list[str] = field(default_factory=list)  # the first file's columns
+    schema: Any = None  # their types, from its first block: every block is read as these
     _open: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -81,6 +84,8 @@ class Files:
         try:
             if path.endswith(PARQUET):
                 table = self._parquet(path).read_row_group(b.group)
+            elif path.endswith(tars.TAR):
+                table = tars.read(path, b.start, b.stop, b.rows, self.columns)
             else:
                 table = _read_jsonl(path, b.start, b.stop, b.rows)
             if self.schema is None or table.schema == self.schema:
@@ -146,15 +151,16 @@ def files(spec: Any, skip_unreadable: bool) -> Files:
         paths += found
     paths = list(dict.fromkeys(paths))
     for p in paths:
-        if not p.endswith(PARQUET + JSONL):
+        if not p.endswith(PARQUET + JSONL + tars.TAR):
             raise UsageError(
-                f"nbdist.loader reads Parquet ({', '.join(PARQUET)}) and JSON lines "
-                f"({', '.join(JSONL)}); {p} is neither: convert it, or pass a torch Dataset"
+                f"nbdist.loader reads Parquet ({', '.join(PARQUET)}), JSON lines "
+                f"({', '.join(JSONL)}) and WebDataset tar shards (.tar); {p} is none of them: "
+                "convert it, or pass a torch Dataset"
             )
     kept, blocks, skipped, names = [], [], [], None
     for p in paths:
         try:
-            mine, columns = _index_parquet(p) if p.endswith(PARQUET) else _index_jsonl(p)
+            mine, columns = _index(p)
         except Exception as e:
             if not skip_unreadable:
                 raise UsageError(
@@ -175,7 +181,7 @@ def files(spec: Any, skip_unreadable: bool) -> Files:
         kept.append(p)
     if skipped:
         print(f"nbdist.loader: left out {len(skipped)} unreadable file(s): {', '.join(skipped)}")
-    found = Files(kept, blocks)
+    found = Files(kept, blocks, names or [])
     if blocks:  # the columns every block is read as: the first block's
         found.schema = found.read(0).schema
     return found
@@ -184,6 +190,12 @@ def files(spec: Any, skip_unreadable: bool) -> Files:
 def _why(e: Exception) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text if len(text) < 200 else text[:200] + "…"
+
+
+def _index(path: str) -> tuple[list[dict], list[str]]:
+    if path.endswith(PARQUET):
+        return _index_parquet(path)
+    return tars.index(path) if path.endswith(tars.TAR) else _index_jsonl(path)
 
 
 def _index_parquet(path: str) -> tuple[list[dict], list[str]]:
@@ -261,5 +273,5 @@ def is_files(data: Any) -> bool:
     if isinstance(data, Path):
         return True
     if isinstance(data, str):
-        return glob.has_magic(data) or os.sep in data or data.endswith(PARQUET + JSONL)
+        return glob.has_magic(data) or os.sep in data or data.endswith(PARQUET + JSONL + tars.TAR)
     return isinstance(data, (list, tuple)) and bool(data) and isinstance(data[0], (str, Path))
