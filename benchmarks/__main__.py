@@ -39,6 +39,7 @@ BENCHMARKS = (
     "bench_scatter",
     "bench_report",
     "bench_recovery",
+    "bench_loader_resume",
     "bench_run_again",
     "bench_slow_link",
     "bench_pipeline",
