@@ -33,23 +33,24 @@ def loader(
     - a map-style torch ``Dataset``, sharded by index each epoch as ``DistributedSampler``
       does (the last rank's part padded with the first samples);
     - files read on each rank's host: a path, a glob (``"data/*.parquet"``, ``**`` recurses) or
-      a list of them, Parquet or JSON lines, or a Hugging Face ``datasets.Dataset`` (memory-
-      mapped, never copied whole). Each rank reads its contiguous part of the epoch's order, each
+      a list of them, Parquet, JSON lines or WebDataset tar shards (``.tar``: a sample's files
+      as bytes, by extension), or a Hugging Face ``datasets.Dataset`` (memory-mapped, never
+      copied whole). Each rank reads its contiguous part of the epoch's order, each
       of its ``num_workers`` workers its own run of batches; that part is padded, as for a
       Dataset, with the epoch's first samples (``nbdist.worker.data.plan`` has the rule). A batch
       is a dict of column name to tensor (text stays a list). ``shuffle`` shuffles the order of
-      the blocks (row groups, runs of lines) and the samples within each ``shuffle_window``
-      consecutive ones; a file that cannot be read is named, or with ``skip_unreadable=True``
-      left out;
+      the blocks (row groups, runs of lines or samples) and the samples within each
+      ``shuffle_window`` consecutive ones; a file that cannot be read is named, or with
+      ``skip_unreadable=True`` left out;
     - a torch ``IterableDataset`` or a Hugging Face ``datasets.IterableDataset``
       (``nbdist.worker.data.iterables``).
 
     ``dataloader_options`` (``num_workers``, ``pin_memory``, ...) go to torch's ``DataLoader``
     (not for a scattered name). ``drop_last`` drops each epoch's last, short batch. ``seed``
     defaults to the scatter's seed (0 otherwise); ``device`` moves each batch there;
-    ``transform`` is called on each batch in the loader's workers. Every loader but a scattered
-    name's keeps its position: pass it as ``loader=`` to ``nbdist.checkpoint``,
-    ``nbdist.restore`` and ``nbdist.steps``, and a resumed run continues the epoch exactly.
+    ``transform`` is called on each batch in the loader's workers. Every loader keeps its
+    position: pass it as ``loader=`` to ``nbdist.checkpoint``, ``nbdist.restore`` and
+    ``nbdist.steps``, and a resumed run continues the epoch exactly.
     """
     context.current()  # a clear error in the notebook: loaders run on the engines
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
