@@ -13,9 +13,10 @@ worker (not one that splits itself by ``get_worker_info``), or write it to files
 known (``len(dataset)``), it is computed: each worker batches its own samples, a rank has the sum
 of its workers' batches, and every rank stops at the fewest any rank has (``epoch_batches``); the
 few batches past that on other ranks go unused this epoch. When it is not known, the ranks agree
-before each batch (an all-reduce MIN of "I have one" over the default group), and the epoch ends
-for all when the first rank runs out: what the others had left goes unused this epoch (with
-files of very different sizes that can be much; ``nbdist.loader`` over the files evens them).
+on each batch (an all-reduce MIN of "I have one" over the default group, run while the batch
+before trains), and the epoch ends for all when the first rank runs out: what the others had left
+goes unused this epoch (with files of very different sizes that can be much; ``nbdist.loader``
+over the files evens them out).
 
 **Shuffle.** Within each worker, by windows of ``window`` consecutive samples, each permuted from
 seed, epoch, rank, worker and window; a Hugging Face stream's file order also changes with seed
@@ -29,12 +30,14 @@ neither a length nor ``state_dict``/``load_state_dict`` is refused: it could not
 
 from __future__ import annotations
 
+import copy
 import inspect
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.utils.data as tud
 
 from ...errors import UsageError
@@ -61,6 +64,7 @@ class _Live:
 
     def __init__(self, epoch: int, batches: int) -> None:
         self.epoch, self.batches, self.ended = epoch, batches, False
+        self.position: dict | None = None  # the loader's, when it has read ahead of it
 
 
 # -- the loader -----------------------------------------------------------------------------------
@@ -113,7 +117,8 @@ class IterableLoader:
         if resumed is not None:
             self._dl.load_state_dict(resumed["loader"])
         live = self._live = _Live(epoch, resumed["batches"] if resumed is not None else 0)
-        return timed(self._batches(iter(self._dl), live))
+        batches = self._counted if self._flag is None else self._agreed
+        return timed(batches(iter(self._dl), live))
 
     def __repr__(self) -> str:
         f = self._fingerprint
@@ -123,13 +128,11 @@ class IterableLoader:
             f"rank, epoch {self.epoch}>"
         )
 
-    def _batches(self, it: Iterator[Any], live: _Live) -> Iterator[Any]:
+    def _counted(self, it: Iterator[Any], live: _Live) -> Iterator[Any]:
+        """A known length (or one rank): that many batches, no collective."""
         while self._length is None or live.batches < self._length:
             batch = next(it, _END)
-            if self._flag is not None:
-                if not self._agree(batch is not _END):
-                    break
-            elif batch is _END:
+            if batch is _END:
                 if self._length is None:
                     break
                 raise UsageError(
@@ -140,11 +143,27 @@ class IterableLoader:
             yield batch if self._device is None else columns.to_device(batch, self._device)
         live.ended = True
 
-    def _agree(self, have: bool) -> bool:
-        """Has every rank a batch? (one all-reduce MIN over the default group)"""
-        flag = torch.tensor([1 if have else 0], device=self._flag)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
-        return bool(flag.item())
+    def _agreed(self, it: Iterator[Any], live: _Live) -> Iterator[Any]:
+        """An unknown length: a batch is handed out once every rank has one. The agreement on the
+        next batch (an all-reduce MIN, asynchronous) runs while this one trains; the position
+        handed out is the loader's, taken before the next batch was fetched."""
+        ahead = self._fetch(it)
+        while True:
+            batch, position, flag, agreement = ahead
+            agreement.wait()
+            if not flag.item():
+                break
+            ahead = self._fetch(it)
+            live.batches, live.position = live.batches + 1, position
+            yield batch if self._device is None else columns.to_device(batch, self._device)
+        live.ended = True
+
+    def _fetch(self, it: Iterator[Any]) -> tuple:
+        batch = next(it, _END)
+        position = copy.deepcopy(self._dl.state_dict())
+        flag = torch.tensor([0 if batch is _END else 1], device=self._flag)
+        agreement = dist.all_reduce(flag, op=dist.ReduceOp.MIN, async_op=True)
+        return batch, position, flag, agreement
 
     # -- the position ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -159,7 +178,7 @@ class IterableLoader:
             **own,
             "epoch": live.epoch,
             "batches": live.batches,
-            "loader": self._dl.state_dict(),
+            "loader": live.position if live.position is not None else self._dl.state_dict(),
         }
 
     def _resume(self, saved: list[dict | None]) -> None:
@@ -331,8 +350,6 @@ def _options(loader_class) -> set[str]:
 
 def _flag_device():
     """Where the ranks' agreement lives: the CPU for gloo, this rank's GPU for nccl."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()):
         raise UsageError(
             "nbdist.loader: the ranks agree on the end of a stream of unknown length over "

@@ -135,12 +135,17 @@ class SplitStream(tud.IterableDataset):
             # start given before, which would else begin the next epoch of its number there
             self.source.load_state_dict(start["source"])
         it = iter(self.source)
-        if start["source"] is None and start["read"]:  # a stream without state: replayed
-            collections.deque(itertools.islice(it, start["read"]), maxlen=0)
-        for position, sample in enumerate(it, start["read"]):
+        read = start["read"]
+        if start["source"] is None and read:  # a stream without state: replayed
+            collections.deque(itertools.islice(it, read), maxlen=0)
+        # positions read, read + period, ...: rank r's worker w's (with period 1: every one)
+        period = self.world * workers if self.splits else 1
+        first = (self.rank + self.world * worker - read) % period if self.splits else 0
+        positions = itertools.count(read + first, period)
+        for position, sample in zip(
+            positions, itertools.islice(it, first, None, period), strict=False
+        ):
             self._read = position + 1
-            if self.splits and owner(position, self.world, workers) != (self.rank, worker):
-                continue
             yield sample
 
     def _in_order(self, owned: Iterator[Any]) -> Iterator[Any]:
@@ -155,9 +160,9 @@ class SplitStream(tud.IterableDataset):
             if not samples:
                 return
             order = window_order(len(samples), self.seed, epoch, self.rank, worker, window)
-            for k in range(skip, len(samples)):
-                self._taken = k + 1
-                yield samples[order[k]]
+            for taken, i in enumerate(order.tolist()[skip:], skip + 1):
+                self._taken = taken
+                yield samples[i]
             window, skip, self._taken = window + 1, 0, 0
             source = self.source.state_dict() if self.stateful else None
             self._at = (self._read, source, window)

@@ -212,6 +212,28 @@ def test_a_resumed_loader_continues_exactly(tmp_path, kind, shuffle, workers):
         assert ids(again) == epochs[1]  # and the next epoch is the uninterrupted run's
 
 
+@pytest.mark.parametrize("kind", ["length only", "hf"])
+def test_persistent_workers_see_each_epoch_and_resume_alike(tmp_path, kind):
+    made = _loaders(kind, tmp_path)
+
+    def new(**options):
+        return made(shuffle=True, seed=3, options={"num_workers": 2, **options}, window=7)
+
+    fresh = new()
+    epochs = [ids(fresh) for _ in range(3)]
+    kept = new(persistent_workers=True)
+    assert [ids(kept) for _ in range(3)] == epochs  # the workers saw each set_epoch
+    kept = new(persistent_workers=True)
+    it = iter(kept)
+    before = [next(it)["id"].tolist() for _ in range(6)]
+    saved = weights_only(kept.state_dict())
+    del it
+    assert ids(kept) == epochs[1]  # an epoch left midway: the next one from its start
+    again = new(persistent_workers=True)
+    again._resume([saved])
+    assert before + ids(again) == epochs[0] and ids(again) == epochs[1]
+
+
 def test_a_position_after_an_epochs_end_starts_the_next_epoch(tmp_path):
     def new():
         return make(Counted(40), shuffle=True, seed=1, options={"num_workers": 2})
