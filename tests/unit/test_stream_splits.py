@@ -310,6 +310,14 @@ def test_bad_input_is_one_line(dataset, world, options, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_hugging_face_stream_split_already_is_refused(tmp_path):
+    from datasets.distributed import split_dataset_by_node
+
+    part = split_dataset_by_node(hf_stream(tmp_path), rank=0, world_size=2)
+    with pytest.raises(UsageError, match="pass it whole, not split_dataset_by_node's part$"):
+        make(part)
+
+
 def test_a_position_of_another_loader_or_world_is_refused_in_one_line():
     def new(batch_size=4, world=1):
         return make(Counted(40), batch_size, world=world)

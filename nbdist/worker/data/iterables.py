@@ -266,6 +266,11 @@ def iterable_loader(
         _check_length(n, world, max(workers, 1), batch_size, drop_last, kind)
         batches = epoch_batches(n, world, max(workers, 1), batch_size, drop_last)
     flag = _flag_device() if batches is None and world > 1 else None
+    if hf and getattr(dataset, "_distributed", None) is not None:
+        raise UsageError(
+            "nbdist.loader splits a Hugging Face stream over the ranks itself: pass it whole, "
+            "not split_dataset_by_node's part"
+        )
     if hf and world > 1:
         from datasets.distributed import split_dataset_by_node
 
