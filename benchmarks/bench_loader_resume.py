@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import Result, table
-from benchmarks.bench_recovery import _kill_at, _log, _measure
+from benchmarks.bench_recovery import _kill_at, _log
 
 BATCH = 64
 EVERY = 20
@@ -114,8 +114,18 @@ def _recovery(tmp: Path, files: str, cell: str, steps: int, kill_at: int) -> tup
         t.start()
         cluster.run(cell, CellOptions(restarts=1, quiet=True, timeout=1800))
         t.join()
-    assert _log(log)[-1][0] == steps - 1, "the run did not finish"
-    return _measure(log, out["killed_at"])
+    rows = _log(log)
+    assert rows[-1][0] == steps - 1, "the run did not finish"
+    return _resumed(rows, out["killed_at"])
+
+
+def _resumed(rows: list[tuple[int, float]], killed_at: float) -> tuple[float, int]:
+    """Seconds from the kill to the first step trained after recovery (the first logged step
+    that goes back: rank 0 may log a step of its own after the kill, before it notices), and the
+    steps redone."""
+    steps = [s for s, _ in rows]
+    back = next(i for i in range(1, len(rows)) if rows[i][0] <= rows[i - 1][0])
+    return rows[back][1] - killed_at, len(steps) - len(set(steps))
 
 
 def run(tiny: bool = False, rows: int = 400_000, kill_at: float = 0.8) -> list[Result]:

@@ -87,7 +87,7 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path, rank):
     bad = line(str(tmp_path / "bad.parquet"), 4)
     assert str(tmp_path / "bad.parquet") in bad and "skip_unreadable=True" in bad
     (tmp_path / "x.csv").write_text("a,b\n")
-    assert "neither" in line(str(tmp_path / "x.csv"), 4)
+    assert "none of them" in line(str(tmp_path / "x.csv"), 4)
     _jsonl(tmp_path / "few.jsonl", range(3))
     few = line(str(tmp_path / "few.jsonl"), 1, num_workers=2)
     assert "2 rank(s) × 2 worker(s)" in few

@@ -25,6 +25,7 @@ from ...errors import UsageError
 from ..reporting.datawait import timed
 from . import columns, plan, workers
 
+WINDOW = 65_536  # positions shuffled among themselves, unless shuffle_window= says
 _CACHE_ROWS = 4  # windows' worth of rows a worker keeps decoded blocks of
 
 

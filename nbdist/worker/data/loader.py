@@ -20,7 +20,7 @@ def loader(
     device=None,
     transform=None,
     skip_unreadable: bool = False,
-    shuffle_window: int = 65_536,
+    shuffle_window: int | None = None,
     **dataloader_options,
 ):
     """A loader over this rank's part of the data, with the same number of batches on every
@@ -40,7 +40,8 @@ def loader(
       Dataset, with the epoch's first samples (``nbdist.worker.data.plan`` has the rule). A batch
       is a dict of column name to tensor (text stays a list). ``shuffle`` shuffles the order of
       the blocks (row groups, runs of lines or samples) and the samples within each
-      ``shuffle_window`` consecutive ones; a file that cannot be read is named, or with
+      ``shuffle_window`` consecutive ones (65,536 by default; a stream's worker holds its
+      window, 1,000 by default); a file that cannot be read is named, or with
       ``skip_unreadable=True`` left out;
     - a torch ``IterableDataset`` or a Hugging Face ``datasets.IterableDataset``
       (``nbdist.worker.data.iterables``).

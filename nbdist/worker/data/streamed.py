@@ -26,11 +26,13 @@ def loader(
     device: Any,
     transform: Any,
     skip_unreadable: bool,
-    window: int,
+    window: int | None,
     options: dict,
 ) -> Any:
     """The loader for ``data`` on this rank (``nbdist.loader`` has checked its arguments)."""
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, int) or window < 1
+    ):
         raise UsageError(f"shuffle_window must be a whole number >= 1, not {window!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise UsageError(f"seed must be a whole number, not {seed!r}")
@@ -47,6 +49,7 @@ def loader(
             device=device,
             transform=transform,
             options=options,
+            **({} if window is None else {"window": window}),
         )
     if options.get("persistent_workers"):
         raise UsageError(
@@ -69,6 +72,7 @@ def loader(
             "drop_last=True leaves no batch: use a smaller batch_size or drop_last=False"
         )
     _same_everywhere(source, info.rank)
+    window = blocks.WINDOW if window is None else window
     settings = blocks.Settings(batch_size, shuffle, seed, drop_last, window)
     return blocks.BlockLoader(
         source,
