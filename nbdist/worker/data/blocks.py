@@ -26,7 +26,6 @@ from ..reporting.datawait import timed
 from . import columns, plan, workers
 
 WINDOW = 65_536  # positions shuffled among themselves, unless shuffle_window= says
-_CACHE_ROWS = 4  # windows' worth of rows a worker keeps decoded blocks of
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ class Settings:
 
 class _Reader(tud.IterableDataset):
     """One epoch of one rank for torch's ``DataLoader``: each worker reads its runs of batches
-    (``plan.runs``), blocks decoded once per worker and kept while the window needs them."""
+    (``plan.runs``), blocks decoded once per worker and kept while its window needs them."""
 
     def __init__(
         self,
@@ -55,6 +54,9 @@ class _Reader(tud.IterableDataset):
     ) -> None:
         self.source, self.epoch, self.part, self.runs = source, epoch, part, runs
         self.settings, self.transform = settings, transform
+        # rows of decoded blocks a worker keeps: a window's samples come from the blocks that
+        # overlap it (two more at its edges); in order, from one block and the next
+        self._keep = (settings.window if settings.shuffle else 0) + 2 * max(source.sizes)
 
     def __iter__(self) -> Iterator[Any]:
         info = tud.get_worker_info()
@@ -91,7 +93,7 @@ class _Reader(tud.IterableDataset):
             return cache[b]
         table = cache[b] = self.source.read(b)
         held = sum(t.num_rows for t in cache.values())
-        while len(cache) > 1 and held > _CACHE_ROWS * self.settings.window:
+        while len(cache) > 1 and held > self._keep:
             held -= cache.popitem(last=False)[1].num_rows
         return table
 
