@@ -40,6 +40,7 @@ BENCHMARKS = (
     "bench_report",
     "bench_recovery",
     "bench_loader_resume",
+    "bench_streaming",
     "bench_run_again",
     "bench_slow_link",
     "bench_pipeline",

@@ -70,32 +70,52 @@ class _Reader(tud.IterableDataset):
         return sum(r.stop - r.start for runs in self.runs for r in runs)
 
     def _batch(self, j: int, cache: OrderedDict) -> Any:
-        import pyarrow as pa
-
         bs, rows = self.settings.batch_size, plan.length(self.part)
         where = plan.positions(plan.cut(self.part, j * bs, min((j + 1) * bs, rows)))
         blocks, offsets = self.epoch.samples(where)
-        pieces, order = [], np.empty(len(where), np.int64)
-        at = 0
+        out: dict[str, Any] = {}
         for b in np.unique(blocks):
             mine = np.flatnonzero(blocks == b)
-            table = self._block(int(b), cache)
-            pieces.append(table.take(pa.array(offsets[mine])))
-            order[mine] = np.arange(at, at + len(mine))
-            at += len(mine)
-        table = pa.concat_tables(pieces, promote_options="permissive").take(pa.array(order))
-        out = columns.batch(table)
+            for name, column in self._block(int(b), cache).items():
+                _gather(out, name, column, mine, offsets[mine], len(where))
         return self.transform(out) if self.transform is not None else out
 
-    def _block(self, b: int, cache: OrderedDict) -> Any:
+    def _block(self, b: int, cache: OrderedDict) -> dict[str, Any]:
+        """Block ``b`` decoded once to a batch's columns (tensors, or lists for text), kept
+        while the window needs it."""
         if b in cache:
             cache.move_to_end(b)
-            return cache[b]
-        table = cache[b] = self.source.read(b)
-        held = sum(t.num_rows for t in cache.values())
+            return cache[b][1]
+        block = columns.batch(self.source.read(b))
+        cache[b] = (self.source.sizes[b], block)
+        held = sum(n for n, _ in cache.values())
         while len(cache) > 1 and held > self._keep:
-            held -= cache.popitem(last=False)[1].num_rows
-        return table
+            held -= cache.popitem(last=False)[1][0]
+        return block
+
+
+def _gather(out: dict, name: str, column: Any, into: np.ndarray, rows: np.ndarray, n: int):
+    """Put rows ``rows`` of a block's ``column`` at places ``into`` of the batch's column
+    ``name`` (``n`` rows): tensors by one indexed copy; text, or a column that has no tensor
+    form in some block, as a list of Python values, as collate leaves them."""
+    import torch
+
+    have = out.get(name)
+    if isinstance(column, torch.Tensor) and (have is None or isinstance(have, torch.Tensor)):
+        if have is None:
+            have = out[name] = column.new_empty((n, *column.shape[1:]))
+        have[torch.from_numpy(into)] = column[torch.from_numpy(rows)]
+        return
+    if isinstance(have, torch.Tensor):  # filled so far as a tensor: a list from here on
+        have = out[name] = list(have)
+    values = out.setdefault(name, [None] * n)
+    taken = (
+        list(column[torch.from_numpy(rows)])
+        if isinstance(column, torch.Tensor)
+        else [column[r] for r in rows.tolist()]
+    )
+    for i, v in zip(into.tolist(), taken, strict=True):
+        values[i] = v
 
 
 @dataclass(frozen=True)
