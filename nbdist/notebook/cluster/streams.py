@@ -14,9 +14,9 @@ over) the chunk alone, and the write hands the chunk over. A chunk costs what it
 does, however long the cell has run, and the kernel keeps, per stream:
 
 - the chunks not taken yet (``take``: what the supervisor reads as it shows a rank's output),
-  at most ``PENDING`` characters, a single chunk too: a reader that fell further behind (a
-  kernel busy elsewhere, a rank writing megabytes at once) loses the oldest, said in a line of
-  their own;
+  at most ``PENDING`` characters: a reader that fell further behind (a kernel busy elsewhere)
+  loses the oldest, said in a line of their own, and a single chunk over that (a rank writing
+  megabytes at once) loses its middle, said where it was;
 - the stream's last ``KEEP`` to ``2 * KEEP`` characters as the client would have kept them
   (``md.get(name)``, which the board reads for a rank's last lines).
 
@@ -34,9 +34,10 @@ from typing import Any
 from ipyparallel.client.client import Metadata
 
 KEEP = 100_000  # characters of a stream's end kept in the record (the board's last lines)
-#: characters of a stream arrived and not taken yet, at most: as many as a cell shows of a
-#: rank's lines as they come (``run.output.SHOWN_LIMIT``)
-PENDING = 1_000_000
+#: characters of a stream arrived and not taken yet, at most: over twice what a cell shows of
+#: a rank's lines as they come (``run.output.SHOWN_LIMIT``), so one write of megabytes keeps
+#: all of its start that is shown, and its end (the last lines)
+PENDING = 2_200_000
 STREAMS = ("stdout", "stderr")
 HELD_MOST = len(STREAMS) * (2 * KEEP + PENDING)  # characters one record holds, at most
 #: What the client's handler reads of a stream: the chunk it appends comes back behind it,
@@ -118,9 +119,11 @@ class _Pending:
 
     def put(self, chunk: str) -> None:
         with self.lock:
-            if len(chunk) > PENDING:  # one write of megabytes: its end, as a terminal shows
-                self.lost += len(chunk) - PENDING
-                chunk = chunk[-PENDING:]
+            if len(chunk) > PENDING:  # one write of megabytes: its start and its end
+                half = (PENDING - 200) // 2
+                note = f"nbdist: … ({len(chunk) - 2 * half:,} characters of this rank's output"
+                note += " left out: the notebook fell behind) …"
+                chunk = f"{chunk[:half]}\n{note}\n{chunk[-half:]}"
             self.chunks.append(chunk)
             self.size += len(chunk)
             while self.size > PENDING and len(self.chunks) > 1:
